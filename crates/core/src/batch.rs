@@ -1,0 +1,393 @@
+//! `Batch`: rows for one table, held column by column in schema order.
+//!
+//! A batch is what ingest produces, what the journal stores (through
+//! `codec`), what the tp publishes and what the store appends. Every column of
+//! the table is present; a missing value is a null in `valid`.
+
+use crate::schema::{ColumnType, TableDef};
+use std::collections::HashMap;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ColumnData {
+    Timestamp(Vec<i64>),
+    /// A per-batch dictionary and one key into it per row.
+    Symbol {
+        dict: Vec<String>,
+        keys: Vec<u32>,
+    },
+    F64(Vec<f64>),
+    I64(Vec<i64>),
+    I32(Vec<i32>),
+    Bool(Vec<bool>),
+    /// `offsets.len() == rows + 1`; row i is `data[offsets[i]..offsets[i+1]]`.
+    Str {
+        offsets: Vec<u32>,
+        data: Vec<u8>,
+    },
+    Bytes {
+        offsets: Vec<u32>,
+        data: Vec<u8>,
+    },
+}
+
+impl ColumnData {
+    pub fn new(ty: ColumnType) -> ColumnData {
+        match ty {
+            ColumnType::Timestamp => ColumnData::Timestamp(Vec::new()),
+            ColumnType::Symbol => ColumnData::Symbol {
+                dict: Vec::new(),
+                keys: Vec::new(),
+            },
+            ColumnType::F64 => ColumnData::F64(Vec::new()),
+            ColumnType::I64 => ColumnData::I64(Vec::new()),
+            ColumnType::I32 => ColumnData::I32(Vec::new()),
+            ColumnType::Bool => ColumnData::Bool(Vec::new()),
+            ColumnType::Str => ColumnData::Str {
+                offsets: vec![0],
+                data: Vec::new(),
+            },
+            ColumnType::Bytes => ColumnData::Bytes {
+                offsets: vec![0],
+                data: Vec::new(),
+            },
+        }
+    }
+
+    pub fn ty(&self) -> ColumnType {
+        match self {
+            ColumnData::Timestamp(_) => ColumnType::Timestamp,
+            ColumnData::Symbol { .. } => ColumnType::Symbol,
+            ColumnData::F64(_) => ColumnType::F64,
+            ColumnData::I64(_) => ColumnType::I64,
+            ColumnData::I32(_) => ColumnType::I32,
+            ColumnData::Bool(_) => ColumnType::Bool,
+            ColumnData::Str { .. } => ColumnType::Str,
+            ColumnData::Bytes { .. } => ColumnType::Bytes,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            ColumnData::Timestamp(v) | ColumnData::I64(v) => v.len(),
+            ColumnData::Symbol { keys, .. } => keys.len(),
+            ColumnData::F64(v) => v.len(),
+            ColumnData::I32(v) => v.len(),
+            ColumnData::Bool(v) => v.len(),
+            ColumnData::Str { offsets, .. } | ColumnData::Bytes { offsets, .. } => {
+                offsets.len().saturating_sub(1)
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Row `i` of a symbol column as text.
+    pub fn symbol(&self, i: usize) -> Option<&str> {
+        match self {
+            ColumnData::Symbol { dict, keys } => {
+                keys.get(i).and_then(|k| dict.get(*k as usize)).map(|s| s.as_str())
+            }
+            _ => None,
+        }
+    }
+
+    /// Appends a type-appropriate zero; used under a null.
+    fn push_default(&mut self) {
+        match self {
+            ColumnData::Timestamp(v) | ColumnData::I64(v) => v.push(0),
+            ColumnData::Symbol { dict, keys } => {
+                // A null symbol points at an empty-string dictionary entry.
+                let k = match dict.iter().position(|s| s.is_empty()) {
+                    Some(k) => k,
+                    None => {
+                        dict.push(String::new());
+                        dict.len() - 1
+                    }
+                };
+                keys.push(k as u32);
+            }
+            ColumnData::F64(v) => v.push(0.0),
+            ColumnData::I32(v) => v.push(0),
+            ColumnData::Bool(v) => v.push(false),
+            ColumnData::Str { offsets, data } | ColumnData::Bytes { offsets, data } => {
+                offsets.push(data.len() as u32)
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Column {
+    pub data: ColumnData,
+    /// `None` when every row is valid; otherwise one flag per row.
+    pub valid: Option<Vec<bool>>,
+}
+
+impl Column {
+    pub fn is_valid(&self, i: usize) -> bool {
+        self.valid.as_ref().map(|v| v[i]).unwrap_or(true)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    pub table: String,
+    pub rows: usize,
+    pub columns: Vec<Column>,
+}
+
+impl Batch {
+    /// Bytes the batch holds in column data, a cheap size estimate for bounds.
+    pub fn approx_bytes(&self) -> usize {
+        self.columns
+            .iter()
+            .map(|c| match &c.data {
+                ColumnData::Timestamp(v) | ColumnData::I64(v) => v.len() * 8,
+                ColumnData::F64(v) => v.len() * 8,
+                ColumnData::I32(v) => v.len() * 4,
+                ColumnData::Bool(v) => v.len(),
+                ColumnData::Symbol { dict, keys } => {
+                    keys.len() * 4 + dict.iter().map(|s| s.len() + 2).sum::<usize>()
+                }
+                ColumnData::Str { offsets, data } | ColumnData::Bytes { offsets, data } => {
+                    offsets.len() * 4 + data.len()
+                }
+            })
+            .sum()
+    }
+
+    /// The rows whose index is in `rows` (ascending), as a new batch.
+    pub fn select(&self, rows: &[usize]) -> Batch {
+        let columns = self
+            .columns
+            .iter()
+            .map(|c| {
+                let valid = c
+                    .valid
+                    .as_ref()
+                    .map(|v| rows.iter().map(|&i| v[i]).collect());
+                let data = match &c.data {
+                    ColumnData::Timestamp(v) => {
+                        ColumnData::Timestamp(rows.iter().map(|&i| v[i]).collect())
+                    }
+                    ColumnData::I64(v) => ColumnData::I64(rows.iter().map(|&i| v[i]).collect()),
+                    ColumnData::F64(v) => ColumnData::F64(rows.iter().map(|&i| v[i]).collect()),
+                    ColumnData::I32(v) => ColumnData::I32(rows.iter().map(|&i| v[i]).collect()),
+                    ColumnData::Bool(v) => ColumnData::Bool(rows.iter().map(|&i| v[i]).collect()),
+                    ColumnData::Symbol { dict, keys } => ColumnData::Symbol {
+                        dict: dict.clone(),
+                        keys: rows.iter().map(|&i| keys[i]).collect(),
+                    },
+                    ColumnData::Str { offsets, data } | ColumnData::Bytes { offsets, data } => {
+                        let mut o = Vec::with_capacity(rows.len() + 1);
+                        let mut d = Vec::new();
+                        o.push(0u32);
+                        for &i in rows {
+                            d.extend_from_slice(
+                                &data[offsets[i] as usize..offsets[i + 1] as usize],
+                            );
+                            o.push(d.len() as u32);
+                        }
+                        if matches!(c.data, ColumnData::Str { .. }) {
+                            ColumnData::Str { offsets: o, data: d }
+                        } else {
+                            ColumnData::Bytes { offsets: o, data: d }
+                        }
+                    }
+                };
+                Column { data, valid }
+            })
+            .collect();
+        Batch {
+            table: self.table.clone(),
+            rows: rows.len(),
+            columns,
+        }
+    }
+}
+
+/// A value for one cell, as ingest hands it to `BatchBuilder`.
+#[derive(Debug, Clone, Copy)]
+pub enum Value<'a> {
+    Timestamp(i64),
+    Symbol(&'a str),
+    F64(f64),
+    I64(i64),
+    I32(i32),
+    Bool(bool),
+    Str(&'a str),
+    Bytes(&'a [u8]),
+}
+
+/// Builds a `Batch` row by row. Cells not set in a row become nulls.
+/// Symbols are dictionary-encoded as they arrive.
+pub struct BatchBuilder {
+    table: String,
+    types: Vec<ColumnType>,
+    columns: Vec<ColumnData>,
+    valid: Vec<Vec<bool>>,
+    any_null: Vec<bool>,
+    set_in_row: Vec<bool>,
+    sym_lookup: Vec<HashMap<String, u32>>,
+    rows: usize,
+}
+
+impl BatchBuilder {
+    pub fn new(def: &TableDef) -> BatchBuilder {
+        let n = def.columns.len();
+        BatchBuilder {
+            table: def.name.clone(),
+            types: def.columns.iter().map(|c| c.ty).collect(),
+            columns: def.columns.iter().map(|c| ColumnData::new(c.ty)).collect(),
+            valid: vec![Vec::new(); n],
+            any_null: vec![false; n],
+            set_in_row: vec![false; n],
+            sym_lookup: vec![HashMap::new(); n],
+            rows: 0,
+        }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn column_type(&self, col: usize) -> ColumnType {
+        self.types[col]
+    }
+
+    /// Whether column `col` already has a value in the row being built.
+    pub fn is_set(&self, col: usize) -> bool {
+        self.set_in_row[col]
+    }
+
+    /// Sets a cell of the current row. The caller has checked that the value's
+    /// variant matches the column type; a mismatch is a programming error.
+    pub fn set(&mut self, col: usize, value: Value<'_>) {
+        self.set_in_row[col] = true;
+        match (&mut self.columns[col], value) {
+            (ColumnData::Timestamp(v), Value::Timestamp(x)) => v.push(x),
+            (ColumnData::I64(v), Value::I64(x)) => v.push(x),
+            (ColumnData::F64(v), Value::F64(x)) => v.push(x),
+            (ColumnData::I32(v), Value::I32(x)) => v.push(x),
+            (ColumnData::Bool(v), Value::Bool(x)) => v.push(x),
+            (ColumnData::Symbol { dict, keys }, Value::Symbol(s)) => {
+                let lookup = &mut self.sym_lookup[col];
+                let k = match lookup.get(s) {
+                    Some(k) => *k,
+                    None => {
+                        let k = dict.len() as u32;
+                        dict.push(s.to_string());
+                        lookup.insert(s.to_string(), k);
+                        k
+                    }
+                };
+                keys.push(k);
+            }
+            (ColumnData::Str { offsets, data }, Value::Str(s)) => {
+                data.extend_from_slice(s.as_bytes());
+                offsets.push(data.len() as u32);
+            }
+            (ColumnData::Bytes { offsets, data }, Value::Bytes(b)) => {
+                data.extend_from_slice(b);
+                offsets.push(data.len() as u32);
+            }
+            (c, v) => panic!("BatchBuilder::set: {:?} value for {:?} column", v, c.ty()),
+        }
+    }
+
+    /// Finishes the current row: unset cells become nulls.
+    pub fn end_row(&mut self) {
+        for col in 0..self.columns.len() {
+            if self.set_in_row[col] {
+                self.valid[col].push(true);
+            } else {
+                self.columns[col].push_default();
+                self.valid[col].push(false);
+                self.any_null[col] = true;
+            }
+            self.set_in_row[col] = false;
+        }
+        self.rows += 1;
+    }
+
+    /// Drops the cells set so far in the current row (the row was rejected).
+    pub fn abandon_row(&mut self) {
+        for col in 0..self.columns.len() {
+            if self.set_in_row[col] {
+                truncate_to(&mut self.columns[col], self.rows);
+                self.set_in_row[col] = false;
+            }
+        }
+    }
+
+    pub fn finish(self) -> Batch {
+        let columns = self
+            .columns
+            .into_iter()
+            .zip(self.valid)
+            .zip(self.any_null)
+            .map(|((data, valid), any_null)| Column {
+                data,
+                valid: if any_null { Some(valid) } else { None },
+            })
+            .collect();
+        Batch {
+            table: self.table,
+            rows: self.rows,
+            columns,
+        }
+    }
+}
+
+fn truncate_to(c: &mut ColumnData, rows: usize) {
+    match c {
+        ColumnData::Timestamp(v) | ColumnData::I64(v) => v.truncate(rows),
+        ColumnData::F64(v) => v.truncate(rows),
+        ColumnData::I32(v) => v.truncate(rows),
+        ColumnData::Bool(v) => v.truncate(rows),
+        ColumnData::Symbol { keys, .. } => keys.truncate(rows),
+        ColumnData::Str { offsets, data } | ColumnData::Bytes { offsets, data } => {
+            offsets.truncate(rows + 1);
+            data.truncate(offsets[rows] as usize);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::Schema;
+
+    #[test]
+    fn builder_fills_nulls_and_interns_symbols() {
+        let s = Schema::default_schema();
+        let mut b = BatchBuilder::new(s.table("trade").unwrap());
+        b.set(0, Value::Timestamp(1));
+        b.set(1, Value::Symbol("A"));
+        b.set(2, Value::F64(1.5));
+        b.end_row();
+        b.set(0, Value::Timestamp(2));
+        b.set(1, Value::Symbol("A"));
+        b.set(3, Value::I64(7));
+        b.end_row();
+        b.set(0, Value::Timestamp(3));
+        b.abandon_row();
+        let batch = b.finish();
+        assert_eq!(batch.rows, 2);
+        assert_eq!(
+            batch.columns[1].data,
+            ColumnData::Symbol {
+                dict: vec!["A".into()],
+                keys: vec![0, 0]
+            }
+        );
+        assert_eq!(batch.columns[2].valid, Some(vec![true, false]));
+        assert_eq!(batch.columns[3].valid, Some(vec![false, true]));
+        assert_eq!(batch.columns[0].valid, None);
+        let sel = batch.select(&[1]);
+        assert_eq!(sel.rows, 1);
+        assert_eq!(sel.columns[3].data, ColumnData::I64(vec![7]));
+    }
+}

@@ -1,0 +1,356 @@
+//! The byte encoding of a `Batch`: the payload of a journal record and of a
+//! tp → rdb update message. Little-endian throughout; documented in
+//! `docs/journal.md` ("Batch payload"). Decoding checks every length against
+//! the bytes present and never panics on bad input.
+//!
+//! An update is one or more batches that are journaled, published and
+//! applied together (one ILP HTTP request is one update, so it is never
+//! half-applied).
+//!
+//! ```text
+//! u8   codec version (1)
+//! u16  number of batches, then for each batch:
+//! u16  table name length, then the name (UTF-8)
+//! u32  rows
+//! u16  columns
+//! per column:
+//!   u8   type tag (schema::ColumnType::tag)
+//!   u8   1 if a validity bitmap follows, else 0
+//!   [ceil(rows/8) bytes: validity bitmap, bit i of byte i/8 = row i valid]
+//!   data by type:
+//!     timestamp, i64, f64: rows × 8 bytes
+//!     i32: rows × 4 bytes
+//!     bool: rows × 1 byte (0 or 1)
+//!     symbol: u32 dictionary entries, each u16 length + UTF-8; then rows × u32 keys
+//!     string, bytes: (rows + 1) × u32 offsets (first 0, non-decreasing),
+//!                    then offsets[rows] bytes of data
+//! ```
+
+use crate::batch::{Batch, Column, ColumnData};
+use crate::error::{CoreError, Result};
+use crate::schema::{ColumnType, Schema};
+
+pub const CODEC_VERSION: u8 = 1;
+/// Most rows in one encoded batch; bounds what a decoder will allocate.
+pub const BATCH_ROWS_MAX: usize = 16 * 1024 * 1024;
+/// Longest symbol accepted, in bytes.
+pub const SYMBOL_BYTES_MAX: usize = u16::MAX as usize;
+
+/// Encodes an update: one or more batches applied together.
+pub fn encode(batches: &[Batch], out: &mut Vec<u8>) {
+    out.push(CODEC_VERSION);
+    out.extend_from_slice(&(batches.len() as u16).to_le_bytes());
+    for b in batches {
+        encode_batch(b, out);
+    }
+}
+
+/// Batches in one update at most; bounds the decoder.
+pub const UPDATE_BATCHES_MAX: usize = 4096;
+
+fn encode_batch(batch: &Batch, out: &mut Vec<u8>) {
+    out.extend_from_slice(&(batch.table.len() as u16).to_le_bytes());
+    out.extend_from_slice(batch.table.as_bytes());
+    out.extend_from_slice(&(batch.rows as u32).to_le_bytes());
+    out.extend_from_slice(&(batch.columns.len() as u16).to_le_bytes());
+    for c in &batch.columns {
+        out.push(c.data.ty().tag());
+        match &c.valid {
+            Some(v) => {
+                out.push(1);
+                let start = out.len();
+                out.resize(start + batch.rows.div_ceil(8), 0);
+                for (i, ok) in v.iter().enumerate() {
+                    if *ok {
+                        out[start + i / 8] |= 1 << (i % 8);
+                    }
+                }
+            }
+            None => out.push(0),
+        }
+        match &c.data {
+            ColumnData::Timestamp(v) | ColumnData::I64(v) => {
+                v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes()))
+            }
+            ColumnData::F64(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+            ColumnData::I32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+            ColumnData::Bool(v) => v.iter().for_each(|x| out.push(*x as u8)),
+            ColumnData::Symbol { dict, keys } => {
+                out.extend_from_slice(&(dict.len() as u32).to_le_bytes());
+                for s in dict {
+                    out.extend_from_slice(&(s.len() as u16).to_le_bytes());
+                    out.extend_from_slice(s.as_bytes());
+                }
+                keys.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
+            }
+            ColumnData::Str { offsets, data } | ColumnData::Bytes { offsets, data } => {
+                offsets
+                    .iter()
+                    .for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
+                out.extend_from_slice(data);
+            }
+        }
+    }
+}
+
+pub fn encode_to_vec(batches: &[Batch]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(batches.iter().map(|b| b.approx_bytes() + 64).sum());
+    encode(batches, &mut v);
+    v
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn err(&self, reason: impl Into<String>) -> CoreError {
+        CoreError::Corrupt {
+            offset: self.pos,
+            reason: reason.into(),
+        }
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        if self.buf.len() - self.pos < n {
+            return Err(self.err(format!(
+                "needs {n} more bytes, {} left",
+                self.buf.len() - self.pos
+            )));
+        }
+        let s = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+
+    fn u8(&mut self) -> Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u16(&mut self) -> Result<u16> {
+        let b = self.take(2)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+
+    fn u32(&mut self) -> Result<u32> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn fixed<const N: usize>(&mut self, rows: usize) -> Result<Vec<[u8; N]>> {
+        let bytes = self.take(rows.checked_mul(N).ok_or_else(|| self.err("size overflow"))?)?;
+        Ok(bytes
+            .chunks_exact(N)
+            .map(|c| {
+                let mut a = [0u8; N];
+                a.copy_from_slice(c);
+                a
+            })
+            .collect())
+    }
+
+    fn utf8(&mut self, n: usize) -> Result<String> {
+        let at = self.pos;
+        let b = self.take(n)?;
+        String::from_utf8(b.to_vec()).map_err(|_| CoreError::Corrupt {
+            offset: at,
+            reason: "invalid UTF-8".into(),
+        })
+    }
+}
+
+/// Decodes an update. With `schema`, each table must exist and its columns
+/// must match the definition in count and type.
+pub fn decode(buf: &[u8], schema: Option<&Schema>) -> Result<Vec<Batch>> {
+    let mut r = Reader { buf, pos: 0 };
+    let version = r.u8()?;
+    if version != CODEC_VERSION {
+        return Err(r.err(format!("unknown batch codec version {version}")));
+    }
+    let n = r.u16()? as usize;
+    if n > UPDATE_BATCHES_MAX {
+        return Err(r.err(format!("{n} batches exceeds the bound {UPDATE_BATCHES_MAX}")));
+    }
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(decode_batch(&mut r, schema)?);
+    }
+    if r.pos != buf.len() {
+        return Err(r.err(format!("{} trailing bytes", buf.len() - r.pos)));
+    }
+    Ok(out)
+}
+
+fn decode_batch(r: &mut Reader<'_>, schema: Option<&Schema>) -> Result<Batch> {
+    let name_len = r.u16()? as usize;
+    let table = r.utf8(name_len)?;
+    let rows = r.u32()? as usize;
+    if rows > BATCH_ROWS_MAX {
+        return Err(r.err(format!("{rows} rows exceeds the bound {BATCH_ROWS_MAX}")));
+    }
+    let ncols = r.u16()? as usize;
+    let def = match schema {
+        Some(s) => {
+            let def = s
+                .table(&table)
+                .ok_or_else(|| CoreError::UnknownTable(table.clone()))?;
+            if def.columns.len() != ncols {
+                return Err(r.err(format!(
+                    "table '{table}' has {} columns, batch has {ncols}",
+                    def.columns.len()
+                )));
+            }
+            Some(def)
+        }
+        None => None,
+    };
+    let mut columns = Vec::with_capacity(ncols);
+    for ci in 0..ncols {
+        let tag = r.u8()?;
+        let ty = ColumnType::from_tag(tag).ok_or_else(|| r.err(format!("unknown type tag {tag}")))?;
+        if let Some(def) = def {
+            if def.columns[ci].ty != ty {
+                return Err(r.err(format!(
+                    "table '{table}' column '{}' is {}, batch has {}",
+                    def.columns[ci].name,
+                    def.columns[ci].ty.name(),
+                    ty.name()
+                )));
+            }
+        }
+        let valid = match r.u8()? {
+            0 => None,
+            1 => {
+                let bits = r.take(rows.div_ceil(8))?;
+                Some((0..rows).map(|i| bits[i / 8] & (1 << (i % 8)) != 0).collect())
+            }
+            x => return Err(r.err(format!("bad validity flag {x}"))),
+        };
+        let data = match ty {
+            ColumnType::Timestamp => {
+                ColumnData::Timestamp(r.fixed::<8>(rows)?.into_iter().map(i64::from_le_bytes).collect())
+            }
+            ColumnType::I64 => {
+                ColumnData::I64(r.fixed::<8>(rows)?.into_iter().map(i64::from_le_bytes).collect())
+            }
+            ColumnType::F64 => {
+                ColumnData::F64(r.fixed::<8>(rows)?.into_iter().map(f64::from_le_bytes).collect())
+            }
+            ColumnType::I32 => {
+                ColumnData::I32(r.fixed::<4>(rows)?.into_iter().map(i32::from_le_bytes).collect())
+            }
+            ColumnType::Bool => {
+                let b = r.take(rows)?;
+                ColumnData::Bool(b.iter().map(|x| *x != 0).collect())
+            }
+            ColumnType::Symbol => {
+                let n = r.u32()? as usize;
+                if n > rows.max(1) {
+                    return Err(r.err(format!("symbol dictionary of {n} for {rows} rows")));
+                }
+                let mut dict = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let len = r.u16()? as usize;
+                    dict.push(r.utf8(len)?);
+                }
+                let keys: Vec<u32> =
+                    r.fixed::<4>(rows)?.into_iter().map(u32::from_le_bytes).collect();
+                if let Some(bad) = keys.iter().find(|k| **k as usize >= n) {
+                    return Err(r.err(format!("symbol key {bad} outside dictionary of {n}")));
+                }
+                ColumnData::Symbol { dict, keys }
+            }
+            ColumnType::Str | ColumnType::Bytes => {
+                let offsets: Vec<u32> =
+                    r.fixed::<4>(rows + 1)?.into_iter().map(u32::from_le_bytes).collect();
+                if offsets[0] != 0 || offsets.windows(2).any(|w| w[0] > w[1]) {
+                    return Err(r.err("string offsets not monotonic from 0"));
+                }
+                let n = offsets[rows] as usize;
+                let at = r.pos;
+                let data = r.take(n)?.to_vec();
+                if ty == ColumnType::Str {
+                    for w in offsets.windows(2) {
+                        if std::str::from_utf8(&data[w[0] as usize..w[1] as usize]).is_err() {
+                            return Err(CoreError::Corrupt {
+                                offset: at + w[0] as usize,
+                                reason: "invalid UTF-8 in string column".into(),
+                            });
+                        }
+                    }
+                    ColumnData::Str { offsets, data }
+                } else {
+                    ColumnData::Bytes { offsets, data }
+                }
+            }
+        };
+        columns.push(Column { data, valid });
+    }
+    Ok(Batch {
+        table,
+        rows,
+        columns,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::{BatchBuilder, Value};
+    use proptest::prelude::*;
+
+    fn sample() -> Batch {
+        let s = Schema::parse(
+            r#"[[table]]
+            name = "all"
+            column = [
+              { name = "time", type = "timestamp" }, { name = "sym", type = "symbol" },
+              { name = "f", type = "f64" }, { name = "l", type = "i64" }, { name = "i", type = "i32" },
+              { name = "b", type = "bool" }, { name = "s", type = "string" }, { name = "y", type = "bytes" },
+            ]"#,
+            "t",
+        )
+        .unwrap();
+        let mut b = BatchBuilder::new(s.table("all").unwrap());
+        for i in 0..10 {
+            b.set(0, Value::Timestamp(i));
+            b.set(1, Value::Symbol(if i % 2 == 0 { "AAPL" } else { "MSFT" }));
+            if i % 3 != 0 {
+                b.set(2, Value::F64(i as f64 / 3.0));
+            }
+            b.set(3, Value::I64(-i));
+            b.set(4, Value::I32(i as i32));
+            b.set(5, Value::Bool(i % 2 == 0));
+            b.set(6, Value::Str("héllo"));
+            b.set(7, Value::Bytes(&[0, 1, 2]));
+            b.end_row();
+        }
+        b.finish()
+    }
+
+    #[test]
+    fn round_trips_every_type() {
+        let b = sample();
+        let enc = encode_to_vec(&[b.clone(), b.clone()]);
+        assert_eq!(decode(&enc, None).unwrap(), vec![b.clone(), b]);
+    }
+
+    #[test]
+    fn checks_against_schema() {
+        let enc = encode_to_vec(&[sample()]);
+        let e = decode(&enc, Some(&Schema::default_schema())).unwrap_err();
+        assert!(matches!(e, CoreError::UnknownTable(_)));
+    }
+
+    proptest! {
+        // Any truncation or byte flip must give an error or a batch, never a panic.
+        #[test]
+        fn never_panics_on_damage(cut in 0usize..400, flip in 0usize..400, bit in 0u8..8) {
+            let mut enc = encode_to_vec(&[sample()]);
+            if flip < enc.len() { enc[flip] ^= 1 << bit; }
+            enc.truncate(cut.min(enc.len()));
+            let _ = decode(&enc, None);
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! Memory domains (seed 004, kdb+ 4.0 `-m`): where a column chunk's bytes
+//! live. `dram` is the heap; `fsmem` is a file-backed `mmap` under a directory
+//! given at start (a DAX/PMEM mount in production). Every allocation is
+//! counted per domain so the server can report memory by domain.
+
+use crate::error::{CoreError, Result};
+use memmap2::MmapMut;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Domain {
+    Dram,
+    Fsmem,
+}
+
+impl Domain {
+    pub fn parse(s: &str) -> Option<Domain> {
+        match s.to_ascii_lowercase().as_str() {
+            "dram" | "heap" => Some(Domain::Dram),
+            "fsmem" | "pmem" | "optane" => Some(Domain::Fsmem),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Domain::Dram => "dram",
+            Domain::Fsmem => "fsmem",
+        }
+    }
+}
+
+/// Alignment of every region: Arrow wants 8-byte aligned buffers and 64 keeps
+/// SIMD kernels on their fast path.
+pub const REGION_ALIGN_BYTES: usize = 64;
+
+/// Per-domain byte counters, shared by every region a `Domains` hands out.
+#[derive(Debug, Default)]
+pub struct DomainStats {
+    pub dram_bytes: AtomicU64,
+    pub fsmem_bytes: AtomicU64,
+    pub fsmem_files: AtomicU64,
+}
+
+impl DomainStats {
+    fn counter(&self, d: Domain) -> &AtomicU64 {
+        match d {
+            Domain::Dram => &self.dram_bytes,
+            Domain::Fsmem => &self.fsmem_bytes,
+        }
+    }
+
+    pub fn bytes(&self, d: Domain) -> u64 {
+        self.counter(d).load(Ordering::Relaxed)
+    }
+}
+
+/// The allocator for column memory. Cloning shares the counters.
+#[derive(Clone)]
+pub struct Domains {
+    fsmem_dir: Option<PathBuf>,
+    stats: Arc<DomainStats>,
+    next_file: Arc<AtomicU64>,
+}
+
+impl Domains {
+    /// `fsmem_dir`: where file-backed regions go. Leftover region files from a
+    /// previous run are removed: fsmem is volatile memory, not persistence.
+    pub fn new(fsmem_dir: Option<&Path>) -> Result<Domains> {
+        if let Some(dir) = fsmem_dir {
+            std::fs::create_dir_all(dir).map_err(|e| CoreError::DomainIo {
+                path: dir.to_path_buf(),
+                source: e,
+            })?;
+            let entries = std::fs::read_dir(dir).map_err(|e| CoreError::DomainIo {
+                path: dir.to_path_buf(),
+                source: e,
+            })?;
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                if name.to_string_lossy().ends_with(".fsmem") {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+        }
+        Ok(Domains {
+            fsmem_dir: fsmem_dir.map(|p| p.to_path_buf()),
+            stats: Arc::new(DomainStats::default()),
+            next_file: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    pub fn stats(&self) -> &Arc<DomainStats> {
+        &self.stats
+    }
+
+    pub fn has_fsmem(&self) -> bool {
+        self.fsmem_dir.is_some()
+    }
+
+    /// A zeroed region of `bytes` bytes in `domain`.
+    pub fn alloc(&self, domain: Domain, bytes: usize) -> Result<Region> {
+        let bytes = bytes.max(REGION_ALIGN_BYTES).next_multiple_of(REGION_ALIGN_BYTES);
+        let backing = match domain {
+            Domain::Dram => {
+                let layout = std::alloc::Layout::from_size_align(bytes, REGION_ALIGN_BYTES)
+                    .map_err(|e| CoreError::Domain(e.to_string()))?;
+                // SAFETY: layout has a non-zero size (at least REGION_ALIGN_BYTES).
+                let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+                if ptr.is_null() {
+                    return Err(CoreError::Domain(format!(
+                        "out of memory allocating {bytes} bytes of dram"
+                    )));
+                }
+                Backing::Heap { ptr, layout }
+            }
+            Domain::Fsmem => {
+                let dir = self.fsmem_dir.as_ref().ok_or_else(|| {
+                    CoreError::Domain(
+                        "a column is placed in fsmem but no --fsmem-dir was given".into(),
+                    )
+                })?;
+                let n = self.next_file.fetch_add(1, Ordering::Relaxed);
+                let path = dir.join(format!("{}-{n}.fsmem", std::process::id()));
+                let io = |e| CoreError::DomainIo {
+                    path: path.clone(),
+                    source: e,
+                };
+                let file = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create_new(true)
+                    .open(&path)
+                    .map_err(io)?;
+                // The file is sized once and never truncated while mapped:
+                // shrinking a mapped file turns later reads into SIGBUS.
+                file.set_len(bytes as u64).map_err(io)?;
+                // SAFETY: the file is private to this process (created with
+                // create_new under our own name) and never resized while mapped.
+                let map = unsafe { MmapMut::map_mut(&file) }.map_err(io)?;
+                self.stats.fsmem_files.fetch_add(1, Ordering::Relaxed);
+                Backing::File { map, path }
+            }
+        };
+        self.stats.counter(domain).fetch_add(bytes as u64, Ordering::Relaxed);
+        Ok(Region {
+            backing,
+            len: bytes,
+            domain,
+            stats: self.stats.clone(),
+        })
+    }
+}
+
+enum Backing {
+    Heap {
+        ptr: *mut u8,
+        layout: std::alloc::Layout,
+    },
+    File {
+        map: MmapMut,
+        path: PathBuf,
+    },
+}
+
+/// A fixed-size, zeroed, 64-byte-aligned block of memory in one domain.
+///
+/// A region is written by exactly one writer, strictly append-only, and read
+/// by any number of readers only below a length the writer published before
+/// they looked (see `store::column`). That discipline is what lets readers
+/// hold `Arc<Region>` without a lock.
+pub struct Region {
+    backing: Backing,
+    len: usize,
+    domain: Domain,
+    stats: Arc<DomainStats>,
+}
+
+// SAFETY: the raw pointer is uniquely owned by this Region; concurrent access
+// follows the single-writer / read-below-published-length rule above.
+unsafe impl Send for Region {}
+unsafe impl Sync for Region {}
+
+impl Region {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn domain(&self) -> Domain {
+        self.domain
+    }
+
+    pub fn as_ptr(&self) -> *mut u8 {
+        match &self.backing {
+            Backing::Heap { ptr, .. } => *ptr,
+            Backing::File { map, .. } => map.as_ptr() as *mut u8,
+        }
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        self.stats
+            .counter(self.domain)
+            .fetch_sub(self.len as u64, Ordering::Relaxed);
+        match &self.backing {
+            Backing::Heap { ptr, layout } => {
+                // SAFETY: allocated in `alloc` with this layout, freed once.
+                unsafe { std::alloc::dealloc(*ptr, *layout) }
+            }
+            Backing::File { path, .. } => {
+                self.stats.fsmem_files.fetch_sub(1, Ordering::Relaxed);
+                // The mapping itself is dropped with `map`; unlinking first is
+                // fine on Unix (the inode lives until unmapped).
+                let _ = std::fs::remove_file(path);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accounts_per_domain_and_cleans_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = Domains::new(Some(dir.path())).unwrap();
+        let a = d.alloc(Domain::Dram, 100).unwrap();
+        let b = d.alloc(Domain::Fsmem, 4096).unwrap();
+        assert_eq!(d.stats().bytes(Domain::Dram), 128);
+        assert_eq!(d.stats().bytes(Domain::Fsmem), 4096);
+        assert_eq!(a.as_ptr() as usize % REGION_ALIGN_BYTES, 0);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        drop(a);
+        drop(b);
+        assert_eq!(d.stats().bytes(Domain::Dram), 0);
+        assert_eq!(d.stats().bytes(Domain::Fsmem), 0);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn fsmem_without_dir_is_a_clear_error() {
+        let d = Domains::new(None).unwrap();
+        let e = d.alloc(Domain::Fsmem, 10).err().unwrap().to_string();
+        assert!(e.contains("--fsmem-dir"), "{e}");
+    }
+}

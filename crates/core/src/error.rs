@@ -1,0 +1,33 @@
+//! The crate's error enum. It separates bad input (a schema file or a batch
+//! that does not fit the schema), corruption (bytes that fail to decode) and
+//! I/O (memory-domain files).
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CoreError {
+    #[error("schema {path}: {reason}")]
+    Schema { path: String, reason: String },
+    #[error("unknown table '{0}'")]
+    UnknownTable(String),
+    #[error("table '{table}': unknown column '{column}'")]
+    UnknownColumn { table: String, column: String },
+    #[error("table '{table}' column '{column}': {reason}")]
+    BadValue {
+        table: String,
+        column: String,
+        reason: String,
+    },
+    #[error("corrupt batch encoding at byte {offset}: {reason}")]
+    Corrupt { offset: usize, reason: String },
+    #[error("memory domain file {path}: {source}")]
+    DomainIo {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("memory domain: {0}")]
+    Domain(String),
+}
+
+pub type Result<T> = std::result::Result<T, CoreError>;

@@ -1,0 +1,438 @@
+//! Table definitions, read from a TOML schema file (see `docs/schema.md`).
+//!
+//! A table is either an append table (every update adds rows) or a keyed
+//! table (a primary key maps to the latest row; an update upserts). Each
+//! column has a type and a memory domain; the domain defaults to the
+//! table's, which defaults to `dram`.
+
+use crate::domain::Domain;
+use crate::error::{CoreError, Result};
+use serde::Deserialize;
+use std::collections::HashSet;
+
+/// The schema `tickdb` uses when no `--schema` file is given: the seeds'
+/// `trade` and `quote` tables.
+pub const DEFAULT_SCHEMA_TOML: &str = include_str!("default_schema.toml");
+
+/// Longest table or column name accepted; names travel in every journal record.
+pub const NAME_BYTES_MAX: usize = 128;
+/// Most columns in one table; bounds per-row work and the codec's column count.
+pub const COLUMNS_MAX: usize = 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ColumnType {
+    /// Nanoseconds since the Unix epoch, UTC.
+    Timestamp,
+    /// An interned string: a per-table dictionary id in memory.
+    Symbol,
+    F64,
+    I64,
+    I32,
+    Bool,
+    Str,
+    Bytes,
+}
+
+impl ColumnType {
+    pub fn parse(s: &str) -> Option<ColumnType> {
+        Some(match s.to_ascii_lowercase().as_str() {
+            "timestamp" | "time" => ColumnType::Timestamp,
+            "symbol" | "sym" => ColumnType::Symbol,
+            "f64" | "float" | "double" => ColumnType::F64,
+            "i64" | "long" => ColumnType::I64,
+            "i32" | "int" => ColumnType::I32,
+            "bool" | "boolean" => ColumnType::Bool,
+            "string" | "str" | "varchar" => ColumnType::Str,
+            "bytes" | "binary" => ColumnType::Bytes,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ColumnType::Timestamp => "timestamp",
+            ColumnType::Symbol => "symbol",
+            ColumnType::F64 => "f64",
+            ColumnType::I64 => "i64",
+            ColumnType::I32 => "i32",
+            ColumnType::Bool => "bool",
+            ColumnType::Str => "string",
+            ColumnType::Bytes => "bytes",
+        }
+    }
+
+    /// The one-byte tag the codec writes for this type.
+    pub fn tag(self) -> u8 {
+        match self {
+            ColumnType::Timestamp => 1,
+            ColumnType::Symbol => 2,
+            ColumnType::F64 => 3,
+            ColumnType::I64 => 4,
+            ColumnType::I32 => 5,
+            ColumnType::Bool => 6,
+            ColumnType::Str => 7,
+            ColumnType::Bytes => 8,
+        }
+    }
+
+    pub fn from_tag(tag: u8) -> Option<ColumnType> {
+        Some(match tag {
+            1 => ColumnType::Timestamp,
+            2 => ColumnType::Symbol,
+            3 => ColumnType::F64,
+            4 => ColumnType::I64,
+            5 => ColumnType::I32,
+            6 => ColumnType::Bool,
+            7 => ColumnType::Str,
+            8 => ColumnType::Bytes,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TableKind {
+    Append,
+    /// Column indexes of the primary key, in key order.
+    Keyed { key: Vec<usize> },
+}
+
+#[derive(Debug, Clone)]
+pub struct ColumnDef {
+    pub name: String,
+    pub ty: ColumnType,
+    pub domain: Domain,
+}
+
+#[derive(Debug, Clone)]
+pub struct TableDef {
+    pub name: String,
+    pub kind: TableKind,
+    pub columns: Vec<ColumnDef>,
+    /// Index of the designated timestamp column: the one an ILP line's
+    /// trailing timestamp fills, and the one chunks keep min/max of.
+    pub time_column: usize,
+    /// Index of the symbol column the per-table symbol index is built on.
+    pub sym_column: Option<usize>,
+}
+
+impl TableDef {
+    pub fn column_index(&self, name: &str) -> Option<usize> {
+        self.columns.iter().position(|c| c.name == name)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Schema {
+    pub tables: Vec<TableDef>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SchemaFile {
+    #[serde(default)]
+    table: Vec<TableFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TableFile {
+    name: String,
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default)]
+    key: Vec<String>,
+    #[serde(default)]
+    timestamp: Option<String>,
+    #[serde(default)]
+    index: Option<String>,
+    #[serde(default)]
+    domain: Option<String>,
+    column: Vec<ColumnFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ColumnFile {
+    name: String,
+    #[serde(rename = "type")]
+    ty: String,
+    #[serde(default)]
+    domain: Option<String>,
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= NAME_BYTES_MAX
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+}
+
+impl Schema {
+    /// The built-in schema: `trade` and `quote`.
+    pub fn default_schema() -> Schema {
+        // The embedded text is part of the binary and covered by a unit test,
+        // so failing to parse it is a build defect, not an input error.
+        Schema::parse(DEFAULT_SCHEMA_TOML, "<built-in>").expect("built-in schema parses")
+    }
+
+    pub fn load(path: &std::path::Path) -> Result<Schema> {
+        let text = std::fs::read_to_string(path).map_err(|e| CoreError::Schema {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        Schema::parse(&text, &path.display().to_string())
+    }
+
+    pub fn parse(text: &str, origin: &str) -> Result<Schema> {
+        let err = |reason: String| CoreError::Schema {
+            path: origin.to_string(),
+            reason,
+        };
+        let file: SchemaFile = toml::from_str(text).map_err(|e| err(e.to_string()))?;
+        let mut tables = Vec::new();
+        let mut names = HashSet::new();
+        for t in file.table {
+            if !valid_name(&t.name) {
+                return Err(err(format!(
+                    "table name '{}' must be 1-{NAME_BYTES_MAX} ASCII letters, digits or '_' and not start with a digit",
+                    t.name
+                )));
+            }
+            if !names.insert(t.name.clone()) {
+                return Err(err(format!("table '{}' is defined twice", t.name)));
+            }
+            let table_domain = match &t.domain {
+                Some(d) => Domain::parse(d).ok_or_else(|| {
+                    err(format!("table '{}': unknown domain '{d}' (dram or fsmem)", t.name))
+                })?,
+                None => Domain::Dram,
+            };
+            if t.column.is_empty() || t.column.len() > COLUMNS_MAX {
+                return Err(err(format!(
+                    "table '{}' needs 1 to {COLUMNS_MAX} columns",
+                    t.name
+                )));
+            }
+            let mut columns = Vec::new();
+            let mut col_names = HashSet::new();
+            for c in &t.column {
+                if !valid_name(&c.name) {
+                    return Err(err(format!(
+                        "table '{}': bad column name '{}'",
+                        t.name, c.name
+                    )));
+                }
+                if !col_names.insert(c.name.clone()) {
+                    return Err(err(format!(
+                        "table '{}': column '{}' is defined twice",
+                        t.name, c.name
+                    )));
+                }
+                let ty = ColumnType::parse(&c.ty).ok_or_else(|| {
+                    err(format!(
+                        "table '{}' column '{}': unknown type '{}' (timestamp, symbol, f64, i64, i32, bool, string, bytes)",
+                        t.name, c.name, c.ty
+                    ))
+                })?;
+                let domain = match &c.domain {
+                    Some(d) => Domain::parse(d).ok_or_else(|| {
+                        err(format!(
+                            "table '{}' column '{}': unknown domain '{d}'",
+                            t.name, c.name
+                        ))
+                    })?,
+                    None => table_domain,
+                };
+                columns.push(ColumnDef {
+                    name: c.name.clone(),
+                    ty,
+                    domain,
+                });
+            }
+            let ts_name = t.timestamp.clone().unwrap_or_else(|| "time".to_string());
+            let time_column = columns
+                .iter()
+                .position(|c| c.name == ts_name && c.ty == ColumnType::Timestamp)
+                .ok_or_else(|| {
+                    err(format!(
+                        "table '{}' needs a timestamp column named '{ts_name}' (set `timestamp = \"...\"` to use another)",
+                        t.name
+                    ))
+                })?;
+            let sym_column = match &t.index {
+                Some(ix) => Some(
+                    columns
+                        .iter()
+                        .position(|c| &c.name == ix && c.ty == ColumnType::Symbol)
+                        .ok_or_else(|| {
+                            err(format!(
+                                "table '{}': index column '{ix}' must be a symbol column",
+                                t.name
+                            ))
+                        })?,
+                ),
+                None => columns.iter().position(|c| c.ty == ColumnType::Symbol),
+            };
+            let kind = match t.kind.as_deref().unwrap_or("append") {
+                "append" => {
+                    if !t.key.is_empty() {
+                        return Err(err(format!(
+                            "table '{}': `key` is only for keyed tables",
+                            t.name
+                        )));
+                    }
+                    TableKind::Append
+                }
+                "keyed" => {
+                    if t.key.is_empty() {
+                        return Err(err(format!(
+                            "keyed table '{}' needs `key = [\"col\", ...]`",
+                            t.name
+                        )));
+                    }
+                    let mut key = Vec::new();
+                    for k in &t.key {
+                        let i = columns.iter().position(|c| &c.name == k).ok_or_else(|| {
+                            err(format!("table '{}': key column '{k}' is not defined", t.name))
+                        })?;
+                        if matches!(columns[i].ty, ColumnType::F64) {
+                            return Err(err(format!(
+                                "table '{}': key column '{k}' cannot be f64",
+                                t.name
+                            )));
+                        }
+                        key.push(i);
+                    }
+                    TableKind::Keyed { key }
+                }
+                other => {
+                    return Err(err(format!(
+                        "table '{}': kind '{other}' must be append or keyed",
+                        t.name
+                    )))
+                }
+            };
+            tables.push(TableDef {
+                name: t.name,
+                kind,
+                columns,
+                time_column,
+                sym_column,
+            });
+        }
+        if tables.is_empty() {
+            return Err(err("no [[table]] defined".to_string()));
+        }
+        Ok(Schema { tables })
+    }
+
+    pub fn table(&self, name: &str) -> Option<&TableDef> {
+        self.tables.iter().find(|t| t.name == name)
+    }
+
+    pub fn table_index(&self, name: &str) -> Option<usize> {
+        self.tables.iter().position(|t| t.name == name)
+    }
+
+    /// Moves tables or single columns into a memory domain, the way kdb+
+    /// moves objects into `.m`. Each spec is `TABLE` or `TABLE.COLUMN`.
+    pub fn place(&mut self, specs: &[String], domain: Domain) -> Result<()> {
+        for spec in specs {
+            let (t, c) = match spec.split_once('.') {
+                Some((t, c)) => (t, Some(c)),
+                None => (spec.as_str(), None),
+            };
+            let table = self
+                .tables
+                .iter_mut()
+                .find(|x| x.name == t)
+                .ok_or_else(|| CoreError::UnknownTable(t.to_string()))?;
+            match c {
+                None => table.columns.iter_mut().for_each(|col| col.domain = domain),
+                Some(c) => {
+                    let col = table
+                        .columns
+                        .iter_mut()
+                        .find(|x| x.name == c)
+                        .ok_or_else(|| CoreError::UnknownColumn {
+                            table: t.to_string(),
+                            column: c.to_string(),
+                        })?;
+                    col.domain = domain;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_schema_has_trade_and_quote() {
+        let s = Schema::default_schema();
+        let trade = s.table("trade").unwrap();
+        let names: Vec<_> = trade.columns.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["time", "sym", "price", "size"]);
+        assert_eq!(trade.sym_column, Some(1));
+        let quote = s.table("quote").unwrap();
+        let names: Vec<_> = quote.columns.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["time", "sym", "bid", "ask", "bsize", "asize"]);
+    }
+
+    #[test]
+    fn keyed_table_and_domains() {
+        let s = Schema::parse(
+            r#"
+            [[table]]
+            name = "cache"
+            kind = "keyed"
+            key = ["key"]
+            domain = "fsmem"
+            column = [
+              { name = "time", type = "timestamp" },
+              { name = "key", type = "string" },
+              { name = "value", type = "bytes", domain = "dram" },
+            ]
+            "#,
+            "t",
+        )
+        .unwrap();
+        let t = s.table("cache").unwrap();
+        assert_eq!(t.kind, TableKind::Keyed { key: vec![1] });
+        assert_eq!(t.columns[1].domain, Domain::Fsmem);
+        assert_eq!(t.columns[2].domain, Domain::Dram);
+    }
+
+    #[test]
+    fn errors_name_the_problem() {
+        let e = Schema::parse(
+            "[[table]]\nname='t'\ncolumn=[{name='time',type='timestamp'},{name='x',type='decimal'}]",
+            "f.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("unknown type 'decimal'"), "{e}");
+        let e = Schema::parse("[[table]]\nname='t'\ncolumn=[{name='x',type='i64'}]", "f.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("timestamp column"), "{e}");
+    }
+
+    #[test]
+    fn place_moves_tables_and_columns() {
+        let mut s = Schema::default_schema();
+        s.place(&["trade".into(), "quote.bid".into()], Domain::Fsmem)
+            .unwrap();
+        assert!(s.table("trade").unwrap().columns.iter().all(|c| c.domain == Domain::Fsmem));
+        let q = s.table("quote").unwrap();
+        assert_eq!(q.columns[2].domain, Domain::Fsmem);
+        assert_eq!(q.columns[3].domain, Domain::Dram);
+        assert!(s.place(&["nope".into()], Domain::Fsmem).is_err());
+    }
+}

@@ -1,0 +1,330 @@
+//! One table of the store: its writer state behind a mutex that only the
+//! applying thread takes, and the published state readers load lock-free.
+//!
+//! Keyed tables are stored like append tables (an upsert appends the new
+//! row); a reader's snapshot keeps only the latest row per key, and that
+//! deduplicated snapshot is cached per published version.
+
+use super::chunk::{ActiveChunk, ActiveView};
+use super::snapshot::{active_chunk, ChunkSnapshot, TableSnapshot};
+use super::symbols::SymbolDict;
+use super::{CHUNK_ROWS_MAX, CHUNK_ROWS_MIN, VAR_BYTES_PER_ROW};
+use crate::batch::{Batch, ColumnData};
+use crate::domain::Domains;
+use crate::error::{CoreError, Result};
+use crate::schema::{ColumnType, TableDef, TableKind};
+use arc_swap::ArcSwap;
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, Int64Type, TimestampNanosecondType, UInt32Type};
+use arrow_array::{Array, BooleanArray, StringArray};
+use arrow_schema::{DataType, Field, Schema as ArrowSchema, SchemaRef, TimeUnit};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// The Arrow schema of a table: what SQL sees.
+pub fn arrow_schema(def: &TableDef) -> SchemaRef {
+    let fields: Vec<Field> = def
+        .columns
+        .iter()
+        .map(|c| {
+            let dt = match c.ty {
+                ColumnType::Timestamp => DataType::Timestamp(TimeUnit::Nanosecond, None),
+                ColumnType::Symbol => {
+                    DataType::Dictionary(Box::new(DataType::UInt32), Box::new(DataType::Utf8))
+                }
+                ColumnType::F64 => DataType::Float64,
+                ColumnType::I64 => DataType::Int64,
+                ColumnType::I32 => DataType::Int32,
+                ColumnType::Bool => DataType::Boolean,
+                ColumnType::Str => DataType::Utf8,
+                ColumnType::Bytes => DataType::Binary,
+            };
+            Field::new(&c.name, dt, true)
+        })
+        .collect();
+    Arc::new(ArrowSchema::new(fields))
+}
+
+struct Published {
+    sealed: Arc<Vec<ChunkSnapshot>>,
+    active: Option<ActiveView>,
+    dict: Arc<StringArray>,
+    rows: u64,
+    version: u64,
+}
+
+struct Writer {
+    active: Option<ActiveChunk>,
+    sealed: Arc<Vec<ChunkSnapshot>>,
+    dict: SymbolDict,
+    next_capacity: usize,
+    rows: u64,
+    version: u64,
+}
+
+pub(crate) struct TableStore {
+    def: Arc<TableDef>,
+    schema: SchemaRef,
+    domains: Domains,
+    writer: Mutex<Writer>,
+    published: ArcSwap<Published>,
+    keyed_cache: Mutex<Option<(u64, TableSnapshot)>>,
+}
+
+impl TableStore {
+    pub fn new(def: Arc<TableDef>, domains: Domains) -> TableStore {
+        let schema = arrow_schema(&def);
+        let mut dict = SymbolDict::default();
+        let values = dict.values();
+        TableStore {
+            def,
+            schema,
+            domains,
+            writer: Mutex::new(Writer {
+                active: None,
+                sealed: Arc::new(Vec::new()),
+                dict,
+                next_capacity: CHUNK_ROWS_MIN,
+                rows: 0,
+                version: 0,
+            }),
+            published: ArcSwap::from_pointee(Published {
+                sealed: Arc::new(Vec::new()),
+                active: None,
+                dict: values,
+                rows: 0,
+                version: 0,
+            }),
+            keyed_cache: Mutex::new(None),
+        }
+    }
+
+    pub fn def(&self) -> &Arc<TableDef> {
+        &self.def
+    }
+
+    fn check(&self, batch: &Batch) -> Result<()> {
+        let bad = |column: &str, reason: String| CoreError::BadValue {
+            table: self.def.name.clone(),
+            column: column.to_string(),
+            reason,
+        };
+        if batch.columns.len() != self.def.columns.len() {
+            return Err(bad(
+                "*",
+                format!(
+                    "batch has {} columns, table has {}",
+                    batch.columns.len(),
+                    self.def.columns.len()
+                ),
+            ));
+        }
+        for (c, d) in batch.columns.iter().zip(&self.def.columns) {
+            if c.data.ty() != d.ty {
+                return Err(bad(&d.name, format!("is {}, batch has {}", d.ty.name(), c.data.ty().name())));
+            }
+            if c.data.len() != batch.rows || c.valid.as_ref().is_some_and(|v| v.len() != batch.rows) {
+                return Err(bad(&d.name, format!("length differs from {} rows", batch.rows)));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn apply(&self, batch: &Batch) -> Result<()> {
+        self.check(batch)?;
+        if batch.rows == 0 {
+            return Ok(());
+        }
+        let mut guard = self.writer.lock();
+        let w = &mut *guard;
+        let sym_ids: Vec<Vec<u32>> = batch
+            .columns
+            .iter()
+            .map(|c| match &c.data {
+                ColumnData::Symbol { dict, .. } => dict.iter().map(|s| w.dict.intern(s)).collect(),
+                _ => Vec::new(),
+            })
+            .collect();
+        let mut from = 0;
+        while from < batch.rows {
+            if w.active.as_ref().map(|a| a.room() == 0).unwrap_or(true) {
+                self.start_chunk(w, batch, from)?;
+            }
+            let active = w.active.as_mut().expect("chunk started above");
+            let max = active.room().min(batch.rows - from);
+            let n = active.rows_that_fit(batch, from, max);
+            if n == 0 {
+                // The next row's strings do not fit: seal what is there and
+                // start a chunk sized for them.
+                if active.len > 0 {
+                    self.seal(w)?;
+                }
+                self.start_chunk(w, batch, from)?;
+                continue;
+            }
+            let active = w.active.as_mut().expect("chunk exists");
+            active.append(batch, from, n, &sym_ids, self.def.time_column, &self.domains)?;
+            from += n;
+            if active.room() == 0 {
+                self.seal(w)?;
+            }
+        }
+        w.rows += batch.rows as u64;
+        w.version += 1;
+        self.publish(w);
+        Ok(())
+    }
+
+    fn start_chunk(&self, w: &mut Writer, batch: &Batch, from: usize) -> Result<()> {
+        let capacity = w.next_capacity;
+        w.next_capacity = (capacity * 2).min(CHUNK_ROWS_MAX);
+        let one_row = ActiveChunk::var_bytes_needed(batch, from, from + 1);
+        let var_bytes = (capacity * VAR_BYTES_PER_ROW).max(one_row * 2);
+        w.active = Some(ActiveChunk::new(&self.def, &self.domains, capacity, var_bytes)?);
+        Ok(())
+    }
+
+    fn seal(&self, w: &mut Writer) -> Result<()> {
+        if let Some(active) = w.active.take() {
+            if active.len == 0 {
+                return Ok(());
+            }
+            let sealed = active.seal(&self.schema, w.dict.values(), self.def.sym_column, &self.domains)?;
+            Arc::make_mut(&mut w.sealed).push(sealed);
+        }
+        Ok(())
+    }
+
+    fn publish(&self, w: &mut Writer) {
+        self.published.store(Arc::new(Published {
+            sealed: w.sealed.clone(),
+            active: w.active.as_ref().map(|a| a.view()),
+            dict: w.dict.values(),
+            rows: w.rows,
+            version: w.version,
+        }));
+    }
+
+    pub fn clear(&self) {
+        let mut w = self.writer.lock();
+        w.active = None;
+        w.sealed = Arc::new(Vec::new());
+        w.next_capacity = CHUNK_ROWS_MIN;
+        w.rows = 0;
+        w.version += 1;
+        self.publish(&mut w);
+    }
+
+    pub fn published_rows(&self) -> u64 {
+        match self.def.kind {
+            TableKind::Append => self.published.load().rows,
+            TableKind::Keyed { .. } => self.snapshot().map(|s| s.rows as u64).unwrap_or(0),
+        }
+    }
+
+    pub fn snapshot(&self) -> Result<TableSnapshot> {
+        let p = self.published.load_full();
+        if let TableKind::Keyed { key } = &self.def.kind {
+            if let Some((v, snap)) = &*self.keyed_cache.lock() {
+                if *v == p.version {
+                    return Ok(snap.clone());
+                }
+            }
+            let raw = self.raw_snapshot(&p)?;
+            let snap = latest_per_key(raw, key)?;
+            *self.keyed_cache.lock() = Some((p.version, snap.clone()));
+            return Ok(snap);
+        }
+        self.raw_snapshot(&p)
+    }
+
+    fn raw_snapshot(&self, p: &Published) -> Result<TableSnapshot> {
+        let mut chunks: Vec<ChunkSnapshot> = p.sealed.as_ref().clone();
+        if let Some(view) = &p.active {
+            if view.len > 0 {
+                chunks.push(active_chunk(&self.schema, view, p.dict.clone())?);
+            }
+        }
+        Ok(TableSnapshot {
+            def: self.def.clone(),
+            schema: self.schema.clone(),
+            rows: p.rows as usize,
+            chunks,
+            symbols: p.dict.clone(),
+        })
+    }
+}
+
+/// Appends row `row` of `array` to `out` as key bytes.
+fn key_bytes(array: &dyn Array, row: usize, out: &mut Vec<u8>) {
+    if array.is_null(row) {
+        out.push(0);
+        return;
+    }
+    out.push(1);
+    match array.data_type() {
+        DataType::Timestamp(_, _) => out.extend_from_slice(
+            &array.as_primitive::<TimestampNanosecondType>().value(row).to_le_bytes(),
+        ),
+        DataType::Int64 => out.extend_from_slice(&array.as_primitive::<Int64Type>().value(row).to_le_bytes()),
+        DataType::Int32 => out.extend_from_slice(&array.as_primitive::<Int32Type>().value(row).to_le_bytes()),
+        DataType::Boolean => out.push(array.as_boolean().value(row) as u8),
+        DataType::Dictionary(_, _) => out.extend_from_slice(
+            &array.as_dictionary::<UInt32Type>().keys().value(row).to_le_bytes(),
+        ),
+        DataType::Utf8 => {
+            let s = array.as_string::<i32>().value(row);
+            out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+            out.extend_from_slice(s.as_bytes());
+        }
+        DataType::Binary => {
+            let s = array.as_binary::<i32>().value(row);
+            out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+            out.extend_from_slice(s);
+        }
+        // Float keys are refused by the schema parser.
+        _ => {}
+    }
+}
+
+/// Keeps only the latest row of each key, in the order rows arrived.
+fn latest_per_key(raw: TableSnapshot, key: &[usize]) -> Result<TableSnapshot> {
+    let mut last: HashMap<Vec<u8>, (usize, usize)> = HashMap::new();
+    let mut buf = Vec::new();
+    for (ci, chunk) in raw.chunks.iter().enumerate() {
+        for row in 0..chunk.batch.num_rows() {
+            buf.clear();
+            for k in key {
+                key_bytes(chunk.batch.column(*k).as_ref(), row, &mut buf);
+            }
+            last.insert(buf.clone(), (ci, row));
+        }
+    }
+    let mut keep: Vec<Vec<bool>> = raw.chunks.iter().map(|c| vec![false; c.batch.num_rows()]).collect();
+    for (ci, row) in last.values() {
+        keep[*ci][*row] = true;
+    }
+    let mut chunks = Vec::with_capacity(raw.chunks.len());
+    let mut rows = 0;
+    for (chunk, mask) in raw.chunks.into_iter().zip(keep) {
+        let mask = BooleanArray::from(mask);
+        let batch = arrow_select::filter::filter_record_batch(&chunk.batch, &mask)
+            .map_err(|e| CoreError::Domain(format!("keyed snapshot: {e}")))?;
+        if batch.num_rows() == 0 {
+            continue;
+        }
+        rows += batch.num_rows();
+        chunks.push(ChunkSnapshot {
+            batch,
+            min_time: chunk.min_time,
+            max_time: chunk.max_time,
+            sym_index: None,
+        });
+    }
+    Ok(TableSnapshot {
+        rows,
+        chunks,
+        ..raw
+    })
+}
