@@ -1,0 +1,39 @@
+//! tickdb-journal owns the tickerplant's journal: a directory of segmented,
+//! append-only files of CRC32C-framed, sequence-numbered records, and
+//! everything that writes, recovers, verifies, repairs and replays it.
+//!
+//! Records are opaque payload bytes here (the tp stores tickdb-core's codec
+//! encoding of one update). The format is documented byte by byte in
+//! `docs/journal.md` and in [`format`].
+//!
+//! Durability contract, in one place:
+//! - [`Journal::append`] returns BEFORE any write or fsync.
+//! - [`Journal::commit`] returns AFTER the write syscalls and, under
+//!   [`FsyncPolicy::Always`] (or an elapsed `IntervalMs`), AFTER the fdatasync.
+//! - [`Journal::sync`], [`Journal::close`] and [`Journal::roll_segment`]
+//!   return AFTER their fsync.
+//! - After any failed write or fsync the journal is poisoned: every later
+//!   append and commit fails until it is reopened, because a retried fsync
+//!   can report success for data the kernel already dropped.
+//!
+//! All I/O of the writer, recovery and repair goes through the [`Storage`]
+//! trait: [`FsStorage`] for real files, [`FaultyStorage`] to inject faults.
+
+pub mod error;
+pub mod format;
+mod journal;
+mod reader;
+mod recovery;
+pub mod storage;
+
+pub use error::JournalError;
+pub use format::{RECORD_PAYLOAD_BYTES_MAX, SEGMENT_BYTES_MAX_DEFAULT};
+pub use journal::{
+    FsyncPolicy, Journal, JournalOptions, RecoveryMode, SEGMENT_BYTES_MIN, WRITE_BUFFER_BYTES_MAX,
+};
+pub use reader::{JournalReader, Record};
+pub use recovery::{
+    plan_repair, repair, verify, Dropped, Problem, RecoveryReport, RepairReport, SegmentStats,
+    Truncation, VerifyReport,
+};
+pub use storage::{Fault, FaultyStorage, FsStorage, Op, Storage, StorageFile};
