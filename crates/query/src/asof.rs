@@ -1,0 +1,1157 @@
+//! ASOF JOIN (kdb+ `aj`): for each left row, the latest right row with an
+//! equal key whose time is at or before the left row's time; left rows
+//! without a match are kept with nulls.
+//!
+//! ```sql
+//! SELECT t.time, t.sym, t.price, q.bid, q.ask
+//! FROM trade t ASOF JOIN quote q MATCH_CONDITION (t.time >= q.time) ON t.sym = q.sym
+//! ```
+//!
+//! DataFusion 55 parses this (sqlparser's Snowflake-style `ASOF JOIN`) but
+//! does not plan it, so this module owns the whole path, behind one seam
+//! that DataFusion 56's native planning can replace:
+//!
+//! 1. `rewrite` turns the parsed `ASOF JOIN` into a `LEFT JOIN` whose `ON`
+//!    carries a marker call `__tickdb_asof(t.time, q.time, '>=')`, so that
+//!    DataFusion's SQL planner resolves names and builds the joined schema.
+//! 2. The analyzer rule `AsofRule` (run after type coercion, before any
+//!    optimizer rule could move filters across the join) replaces each such
+//!    join with an `AsofJoinNode`.
+//! 3. `AsofPlanner` plans the node as `AsofJoinExec`: the right side is
+//!    read once into per-key runs sorted by time (a symbol's rows, in
+//!    arrival order among equal times), and each left batch is answered by
+//!    a binary search per row in its key's run. No hash join, no cross
+//!    product; left batches stream through in their order.
+//!
+//! `MATCH_CONDITION` may use `>=` (latest at or before), `>` (strictly
+//! before), `<=` (earliest at or after) or `<` (strictly after).
+
+use datafusion::arrow::array::{
+    new_null_array, Array, ArrayRef, AsArray, Int64Array, RecordBatch, StringArray,
+};
+use datafusion::arrow::compute::{cast, interleave};
+use datafusion::arrow::datatypes::{DataType, Int64Type, SchemaRef, TimeUnit};
+use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::catalog::Session;
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{
+    exec_err, plan_datafusion_err, plan_err, DFSchemaRef, DataFusionError, Result, ScalarValue,
+};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::expr::ScalarFunction;
+use datafusion::logical_expr::logical_plan::builder::build_join_schema;
+use datafusion::logical_expr::utils::split_conjunction_owned;
+use datafusion::logical_expr::{
+    BinaryExpr, ColumnarValue, Expr, Extension, JoinType, LogicalPlan, Operator,
+    ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, UserDefinedLogicalNode,
+    UserDefinedLogicalNodeCore, Volatility,
+};
+use datafusion::optimizer::AnalyzerRule;
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties,
+    Partitioning, PlanProperties, ReplaceChildrenOptions,
+};
+use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
+use datafusion::sql::parser::Statement;
+use datafusion::sql::sqlparser::ast::{
+    self as ast, BinaryOperator, JoinConstraint, JoinOperator, TableFactor, TableWithJoins,
+    VisitMut, VisitorMut,
+};
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+use datafusion::sql::sqlparser::parser::Parser;
+use futures::future::{BoxFuture, FutureExt, Shared};
+use futures::StreamExt;
+use std::collections::{BTreeSet, HashMap};
+use std::fmt;
+use std::ops::ControlFlow;
+use std::sync::{Arc, Mutex};
+
+/// The marker function the rewrite puts in the `ON` clause.
+pub const MARKER: &str = "__tickdb_asof";
+
+// ---------------------------------------------------------------------------
+// 1. Statement rewrite
+// ---------------------------------------------------------------------------
+
+/// Rewrites every `ASOF JOIN` of a parsed statement into a marked
+/// `LEFT JOIN` that `AsofRule` turns into an as-of join. The one entry
+/// point between SQL text and the as-of join's planning.
+pub fn rewrite(statement: &mut Statement) -> Result<()> {
+    match statement {
+        Statement::Statement(s) => rewrite_ast(s),
+        Statement::Explain(e) => rewrite(&mut e.statement),
+        _ => Ok(()),
+    }
+}
+
+fn rewrite_ast(s: &mut ast::Statement) -> Result<()> {
+    struct V(Option<DataFusionError>);
+    impl VisitorMut for V {
+        type Break = ();
+        fn pre_visit_select(&mut self, select: &mut ast::Select) -> ControlFlow<()> {
+            for twj in &mut select.from {
+                if let Err(e) = rewrite_joins(twj) {
+                    self.0 = Some(e);
+                    return ControlFlow::Break(());
+                }
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let mut v = V(None);
+    let _ = s.visit(&mut v);
+    match v.0 {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// The name a relation is referred to by: its alias or its table name.
+fn relation_name(tf: &TableFactor) -> Option<String> {
+    match tf {
+        TableFactor::Table { name, alias, .. } => Some(match alias {
+            Some(a) => a.name.to_string(),
+            None => name.to_string(),
+        }),
+        TableFactor::Derived { alias: Some(a), .. } => Some(a.name.to_string()),
+        _ => None,
+    }
+}
+
+fn parse_expr(sql: &str) -> Result<ast::Expr> {
+    Parser::new(&GenericDialect {})
+        .try_with_sql(sql)
+        .and_then(|mut p| p.parse_expr())
+        .map_err(|e| DataFusionError::SQL(Box::new(e), None))
+}
+
+fn rewrite_joins(twj: &mut TableWithJoins) -> Result<()> {
+    if let TableFactor::NestedJoin {
+        table_with_joins, ..
+    } = &mut twj.relation
+    {
+        rewrite_joins(table_with_joins)?;
+    }
+    for i in 0..twj.joins.len() {
+        if let TableFactor::NestedJoin {
+            table_with_joins, ..
+        } = &mut twj.joins[i].relation
+        {
+            rewrite_joins(table_with_joins)?;
+        }
+        let JoinOperator::AsOf {
+            match_condition,
+            constraint,
+        } = &twj.joins[i].join_operator
+        else {
+            continue;
+        };
+        let mut cond = match_condition;
+        while let ast::Expr::Nested(inner) = cond {
+            cond = inner;
+        }
+        let marker = match cond {
+            ast::Expr::BinaryOp { left, op, right }
+                if matches!(
+                    op,
+                    BinaryOperator::GtEq | BinaryOperator::Gt | BinaryOperator::LtEq | BinaryOperator::Lt
+                ) =>
+            {
+                format!("{MARKER}({left}, {right}, '{op}')")
+            }
+            other => {
+                return plan_err!(
+                    "ASOF JOIN MATCH_CONDITION must compare the two sides' times with >=, >, <= or <, got {other}"
+                )
+            }
+        };
+        let on = match constraint {
+            JoinConstraint::On(e) => format!("{marker} AND ({e})"),
+            JoinConstraint::Using(cols) => {
+                let left = if i == 0 {
+                    relation_name(&twj.relation)
+                } else {
+                    relation_name(&twj.joins[i - 1].relation)
+                };
+                let right = relation_name(&twj.joins[i].relation);
+                let (Some(l), Some(r)) = (left, right) else {
+                    return plan_err!(
+                        "ASOF JOIN USING needs named relations on both sides; use ON"
+                    );
+                };
+                let mut s = marker;
+                for c in cols {
+                    s.push_str(&format!(" AND {l}.{c} = {r}.{c}"));
+                }
+                s
+            }
+            JoinConstraint::None => marker,
+            JoinConstraint::Natural => {
+                return plan_err!("NATURAL ASOF JOIN is not supported; use ON")
+            }
+        };
+        twj.joins[i].join_operator = JoinOperator::LeftOuter(JoinConstraint::On(parse_expr(&on)?));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// 2. Marker function
+// ---------------------------------------------------------------------------
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct AsofMarker {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for AsofMarker {
+    fn name(&self) -> &str {
+        MARKER
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Boolean)
+    }
+
+    fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        exec_err!("{MARKER} marks an ASOF JOIN condition and cannot be evaluated elsewhere")
+    }
+}
+
+// ---------------------------------------------------------------------------
+// 3. Logical node and the analyzer rule that makes it
+// ---------------------------------------------------------------------------
+
+/// `left.time <op> right.time`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd)]
+pub enum AsofOp {
+    /// Latest right row at or before the left time.
+    Ge,
+    /// Latest right row strictly before.
+    Gt,
+    /// Earliest right row at or after.
+    Le,
+    /// Earliest right row strictly after.
+    Lt,
+}
+
+impl AsofOp {
+    fn parse(s: &str) -> Option<AsofOp> {
+        Some(match s {
+            ">=" => AsofOp::Ge,
+            ">" => AsofOp::Gt,
+            "<=" => AsofOp::Le,
+            "<" => AsofOp::Lt,
+            _ => return None,
+        })
+    }
+
+    fn flip(self) -> AsofOp {
+        match self {
+            AsofOp::Ge => AsofOp::Le,
+            AsofOp::Gt => AsofOp::Lt,
+            AsofOp::Le => AsofOp::Ge,
+            AsofOp::Lt => AsofOp::Gt,
+        }
+    }
+
+    fn sql(self) -> &'static str {
+        match self {
+            AsofOp::Ge => ">=",
+            AsofOp::Gt => ">",
+            AsofOp::Le => "<=",
+            AsofOp::Lt => "<",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct AsofJoinNode {
+    left: LogicalPlan,
+    right: LogicalPlan,
+    left_keys: Vec<Expr>,
+    right_keys: Vec<Expr>,
+    left_time: Expr,
+    right_time: Expr,
+    op: AsofOp,
+    schema: DFSchemaRef,
+}
+
+impl PartialOrd for AsofJoinNode {
+    fn partial_cmp(&self, _other: &Self) -> Option<std::cmp::Ordering> {
+        None
+    }
+}
+
+impl UserDefinedLogicalNodeCore for AsofJoinNode {
+    fn name(&self) -> &str {
+        "AsofJoin"
+    }
+
+    fn inputs(&self) -> Vec<&LogicalPlan> {
+        vec![&self.left, &self.right]
+    }
+
+    fn schema(&self) -> &DFSchemaRef {
+        &self.schema
+    }
+
+    fn expressions(&self) -> Vec<Expr> {
+        let mut v = self.left_keys.clone();
+        v.extend(self.right_keys.iter().cloned());
+        v.push(self.left_time.clone());
+        v.push(self.right_time.clone());
+        v
+    }
+
+    fn fmt_for_explain(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "AsofJoin: {} {} {}",
+            self.left_time,
+            self.op.sql(),
+            self.right_time
+        )?;
+        for (l, r) in self.left_keys.iter().zip(&self.right_keys) {
+            write!(f, ", {l} = {r}")?;
+        }
+        Ok(())
+    }
+
+    fn with_exprs_and_inputs(
+        &self,
+        mut exprs: Vec<Expr>,
+        mut inputs: Vec<LogicalPlan>,
+    ) -> Result<Self> {
+        let n = self.left_keys.len();
+        if exprs.len() != 2 * n + 2 || inputs.len() != 2 {
+            return plan_err!("AsofJoin: wrong number of expressions or inputs");
+        }
+        let right = inputs.pop().expect("two inputs");
+        let left = inputs.pop().expect("two inputs");
+        let right_time = exprs.pop().expect("checked");
+        let left_time = exprs.pop().expect("checked");
+        let right_keys = exprs.split_off(n);
+        let schema = Arc::new(build_join_schema(
+            left.schema(),
+            right.schema(),
+            &JoinType::Left,
+        )?);
+        Ok(AsofJoinNode {
+            left,
+            right,
+            left_keys: exprs,
+            right_keys,
+            left_time,
+            right_time,
+            op: self.op,
+            schema,
+        })
+    }
+
+    fn necessary_children_exprs(&self, output_columns: &[usize]) -> Option<Vec<Vec<usize>>> {
+        let nl = self.left.schema().fields().len();
+        let mut l = BTreeSet::new();
+        let mut r = BTreeSet::new();
+        for &i in output_columns {
+            if i < nl {
+                l.insert(i);
+            } else {
+                r.insert(i - nl);
+            }
+        }
+        for e in self.left_keys.iter().chain([&self.left_time]) {
+            for c in e.column_refs() {
+                l.insert(self.left.schema().index_of_column(c).ok()?);
+            }
+        }
+        for e in self.right_keys.iter().chain([&self.right_time]) {
+            for c in e.column_refs() {
+                r.insert(self.right.schema().index_of_column(c).ok()?);
+            }
+        }
+        Some(vec![l.into_iter().collect(), r.into_iter().collect()])
+    }
+}
+
+/// Which input an expression reads: Some(true) left only, Some(false)
+/// right only, None both or neither.
+fn side(e: &Expr, left: &LogicalPlan, right: &LogicalPlan) -> Option<bool> {
+    let cols = e.column_refs();
+    if cols.is_empty() {
+        return None;
+    }
+    if cols.iter().all(|c| left.schema().has_column(c)) {
+        Some(true)
+    } else if cols.iter().all(|c| right.schema().has_column(c)) {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+fn is_marker(e: &Expr) -> bool {
+    matches!(e, Expr::ScalarFunction(f) if f.func.name() == MARKER)
+}
+
+fn has_marker(j: &datafusion::logical_expr::Join) -> bool {
+    j.filter.as_ref().is_some_and(|f| {
+        let mut found = false;
+        let _ = f.apply(|e| {
+            found |= is_marker(e);
+            Ok(if found {
+                TreeNodeRecursion::Stop
+            } else {
+                TreeNodeRecursion::Continue
+            })
+        });
+        found
+    })
+}
+
+fn to_node(j: datafusion::logical_expr::Join) -> Result<LogicalPlan> {
+    let left = Arc::unwrap_or_clone(j.left);
+    let right = Arc::unwrap_or_clone(j.right);
+    let mut left_keys = Vec::new();
+    let mut right_keys = Vec::new();
+    for (l, r) in j.on {
+        left_keys.push(l);
+        right_keys.push(r);
+    }
+    let mut time: Option<(Expr, Expr, AsofOp)> = None;
+    for c in split_conjunction_owned(
+        j.filter
+            .unwrap_or(Expr::Literal(ScalarValue::Boolean(Some(true)), None)),
+    ) {
+        match c {
+            Expr::ScalarFunction(ScalarFunction { func, args }) if func.name() == MARKER => {
+                let [a, b, op] = <[Expr; 3]>::try_from(args)
+                    .map_err(|_| plan_datafusion_err!("{MARKER} takes 3 arguments"))?;
+                let op = match &op {
+                    Expr::Literal(v, _) => v.to_string(),
+                    _ => String::new(),
+                };
+                let op = AsofOp::parse(op.trim_matches('\'')).ok_or_else(|| {
+                    plan_datafusion_err!("ASOF JOIN: bad MATCH_CONDITION operator {op}")
+                })?;
+                let t = match (side(&a, &left, &right), side(&b, &left, &right)) {
+                    (Some(true), Some(false)) => (a, b, op),
+                    (Some(false), Some(true)) => (b, a, op.flip()),
+                    _ => {
+                        return plan_err!(
+                            "ASOF JOIN MATCH_CONDITION must compare a time of the left side with one of the right side, got {a} and {b}"
+                        )
+                    }
+                };
+                if time.replace(t).is_some() {
+                    return plan_err!("ASOF JOIN takes one MATCH_CONDITION");
+                }
+            }
+            Expr::Literal(ScalarValue::Boolean(Some(true)), _) => {}
+            Expr::BinaryExpr(BinaryExpr {
+                left: a,
+                op: Operator::Eq,
+                right: b,
+            }) => match (side(&a, &left, &right), side(&b, &left, &right)) {
+                (Some(true), Some(false)) => {
+                    left_keys.push(*a);
+                    right_keys.push(*b);
+                }
+                (Some(false), Some(true)) => {
+                    left_keys.push(*b);
+                    right_keys.push(*a);
+                }
+                _ => {
+                    return plan_err!(
+                    "ASOF JOIN ON supports only equalities between the two sides, got {a} = {b}"
+                )
+                }
+            },
+            other => {
+                return plan_err!(
+                    "ASOF JOIN ON supports only equalities between the two sides, got {other}"
+                )
+            }
+        }
+    }
+    let (left_time, right_time, op) =
+        time.ok_or_else(|| plan_datafusion_err!("ASOF JOIN without MATCH_CONDITION"))?;
+    Ok(LogicalPlan::Extension(Extension {
+        node: Arc::new(AsofJoinNode {
+            left,
+            right,
+            left_keys,
+            right_keys,
+            left_time,
+            right_time,
+            op,
+            schema: j.schema,
+        }),
+    }))
+}
+
+/// Replaces marked left joins with `AsofJoinNode`s.
+#[derive(Debug, Default)]
+pub struct AsofRule;
+
+impl AnalyzerRule for AsofRule {
+    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        plan.transform_up_with_subqueries(|p| match p {
+            LogicalPlan::Join(j) if has_marker(&j) => {
+                if j.join_type != JoinType::Left {
+                    return plan_err!("ASOF JOIN was planned as a {} join", j.join_type);
+                }
+                Ok(Transformed::yes(to_node(j)?))
+            }
+            p => Ok(Transformed::no(p)),
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "tickdb_asof_join"
+    }
+}
+
+// ---------------------------------------------------------------------------
+// 4. Physical planning
+// ---------------------------------------------------------------------------
+
+#[derive(Debug, Default)]
+pub struct AsofPlanner;
+
+#[async_trait::async_trait]
+impl ExtensionPlanner for AsofPlanner {
+    async fn plan_extension(
+        &self,
+        planner: &dyn PhysicalPlanner,
+        node: &dyn UserDefinedLogicalNode,
+        logical_inputs: &[&LogicalPlan],
+        physical_inputs: &[Arc<dyn ExecutionPlan>],
+        session: &dyn Session,
+        planning_ctx: &datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext,
+    ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+        let Some(n) = node.as_any().downcast_ref::<AsofJoinNode>() else {
+            return Ok(None);
+        };
+        let (ls, rs) = (logical_inputs[0].schema(), logical_inputs[1].schema());
+        let phys = |e: &Expr, s: &datafusion::common::DFSchema| {
+            planner.create_physical_expr(e, s, session, planning_ctx)
+        };
+        let left_keys = n
+            .left_keys
+            .iter()
+            .map(|e| phys(e, ls))
+            .collect::<Result<Vec<_>>>()?;
+        let right_keys = n
+            .right_keys
+            .iter()
+            .map(|e| phys(e, rs))
+            .collect::<Result<Vec<_>>>()?;
+        let exec = AsofJoinExec::new(
+            physical_inputs[0].clone(),
+            physical_inputs[1].clone(),
+            left_keys,
+            right_keys,
+            phys(&n.left_time, ls)?,
+            phys(&n.right_time, rs)?,
+            n.op,
+            Arc::new(n.schema.as_arrow().clone()),
+        );
+        Ok(Some(Arc::new(exec)))
+    }
+}
+
+/// The session's query planner: DataFusion's, plus the as-of join.
+#[derive(Debug, Default)]
+pub struct TickQueryPlanner;
+
+#[async_trait::async_trait]
+impl datafusion::execution::context::QueryPlanner for TickQueryPlanner {
+    async fn create_physical_plan(
+        &self,
+        logical_plan: &LogicalPlan,
+        session: &dyn Session,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        DefaultPhysicalPlanner::with_extension_planners(vec![Arc::new(AsofPlanner)])
+            .create_physical_plan(logical_plan, session)
+            .await
+    }
+}
+
+/// The marker UDF, for registration in a session.
+pub fn marker_udf() -> ScalarUDF {
+    ScalarUDF::from(AsofMarker {
+        signature: Signature::any(3, Volatility::Immutable),
+    })
+}
+
+// ---------------------------------------------------------------------------
+// 5. Execution
+// ---------------------------------------------------------------------------
+
+type PExpr = Arc<dyn PhysicalExpr>;
+type SharedRight =
+    Shared<BoxFuture<'static, std::result::Result<Arc<RightSide>, Arc<DataFusionError>>>>;
+
+pub struct AsofJoinExec {
+    left: Arc<dyn ExecutionPlan>,
+    right: Arc<dyn ExecutionPlan>,
+    left_keys: Vec<PExpr>,
+    right_keys: Vec<PExpr>,
+    left_time: PExpr,
+    right_time: PExpr,
+    op: AsofOp,
+    schema: SchemaRef,
+    properties: Arc<PlanProperties>,
+    right_side: Mutex<Option<SharedRight>>,
+}
+
+impl fmt::Debug for AsofJoinExec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "AsofJoinExec")
+    }
+}
+
+impl AsofJoinExec {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        left: Arc<dyn ExecutionPlan>,
+        right: Arc<dyn ExecutionPlan>,
+        left_keys: Vec<PExpr>,
+        right_keys: Vec<PExpr>,
+        left_time: PExpr,
+        right_time: PExpr,
+        op: AsofOp,
+        schema: SchemaRef,
+    ) -> AsofJoinExec {
+        let partitions = left.output_partitioning().partition_count();
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(schema.clone()),
+            Partitioning::UnknownPartitioning(partitions),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        AsofJoinExec {
+            left,
+            right,
+            left_keys,
+            right_keys,
+            left_time,
+            right_time,
+            op,
+            schema,
+            properties,
+            right_side: Mutex::new(None),
+        }
+    }
+
+    fn right_side(&self, ctx: Arc<TaskContext>) -> SharedRight {
+        let mut guard = self.right_side.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(f) = &*guard {
+            return f.clone();
+        }
+        let right = self.right.clone();
+        let keys = self.right_keys.clone();
+        let time = self.right_time.clone();
+        let fut = async move {
+            build_right(right, keys, time, ctx)
+                .await
+                .map(Arc::new)
+                .map_err(Arc::new)
+        }
+        .boxed()
+        .shared();
+        *guard = Some(fut.clone());
+        fut
+    }
+}
+
+impl DisplayAs for AsofJoinExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "AsofJoinExec: {} {} {}",
+            self.left_time,
+            self.op.sql(),
+            self.right_time
+        )?;
+        for (l, r) in self.left_keys.iter().zip(&self.right_keys) {
+            write!(f, ", {l} = {r}")?;
+        }
+        Ok(())
+    }
+}
+
+impl ExecutionPlan for AsofJoinExec {
+    fn name(&self) -> &'static str {
+        "AsofJoinExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.left, &self.right]
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![true, false]
+    }
+
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        for e in self
+            .left_keys
+            .iter()
+            .chain(&self.right_keys)
+            .chain([&self.left_time, &self.right_time])
+        {
+            if f(e)? == TreeNodeRecursion::Stop {
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+        _options: ReplaceChildrenOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let [left, right] = <[Arc<dyn ExecutionPlan>; 2]>::try_from(children)
+            .map_err(|_| DataFusionError::Internal("AsofJoinExec takes two children".into()))?;
+        Ok(Arc::new(AsofJoinExec::new(
+            left,
+            right,
+            self.left_keys.clone(),
+            self.right_keys.clone(),
+            self.left_time.clone(),
+            self.right_time.clone(),
+            self.op,
+            self.schema.clone(),
+        )))
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.replace_children(
+            children,
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        )
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        ctx: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let right = self.right_side(ctx.clone());
+        let left = self.left.execute(partition, ctx)?;
+        let probe = Probe {
+            keys: self.left_keys.clone(),
+            time: self.left_time.clone(),
+            op: self.op,
+            schema: self.schema.clone(),
+            cache: DictCache::default(),
+        };
+        struct St {
+            right: Option<SharedRight>,
+            side: Option<Arc<RightSide>>,
+            left: SendableRecordBatchStream,
+            probe: Probe,
+            done: bool,
+        }
+        let st = St {
+            right: Some(right),
+            side: None,
+            left,
+            probe,
+            done: false,
+        };
+        let stream = futures::stream::unfold(st, |mut st| async move {
+            if st.done {
+                return None;
+            }
+            if st.side.is_none() {
+                match st.right.take().expect("right future").await {
+                    Ok(s) => st.side = Some(s),
+                    Err(e) => {
+                        st.done = true;
+                        return Some((Err(DataFusionError::Shared(e)), st));
+                    }
+                }
+            }
+            match st.left.next().await {
+                None => None,
+                Some(Err(e)) => {
+                    st.done = true;
+                    Some((Err(e), st))
+                }
+                Some(Ok(b)) => {
+                    let side = st.side.clone().expect("built above");
+                    let r = st.probe.batch(&side, &b);
+                    st.done = r.is_err();
+                    Some((r, st))
+                }
+            }
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.schema.clone(),
+            stream,
+        )))
+    }
+}
+
+/// Times as i64 (nanoseconds for timestamps).
+fn time_values(a: &ArrayRef) -> Result<Int64Array> {
+    let a = match a.data_type() {
+        DataType::Timestamp(TimeUnit::Nanosecond, _) | DataType::Int64 => a.clone(),
+        DataType::Timestamp(_, _) | DataType::Date32 | DataType::Date64 => {
+            cast(a, &DataType::Timestamp(TimeUnit::Nanosecond, None))?
+        }
+        t if t.is_integer() => a.clone(),
+        t => return exec_err!("ASOF JOIN times must be timestamps or integers, got {t}"),
+    };
+    let a = if a.data_type() == &DataType::Int64 {
+        a
+    } else {
+        cast(&a, &DataType::Int64)?
+    };
+    Ok(a.as_primitive::<Int64Type>().clone())
+}
+
+fn evaluate(exprs: &[PExpr], b: &RecordBatch) -> Result<Vec<ArrayRef>> {
+    exprs
+        .iter()
+        .map(|e| e.evaluate(b).and_then(|v| v.into_array(b.num_rows())))
+        .collect()
+}
+
+/// Key values → dense group ids. One string key (the symbol column, as a
+/// dictionary or plain strings) is looked up by value, its dictionary
+/// translated once per distinct values array; other keys go through
+/// Arrow's row format.
+#[derive(Default)]
+struct KeyIndex {
+    strings: HashMap<String, u32>,
+    rows: HashMap<Vec<u8>, u32>,
+    next: u32,
+}
+
+/// Translation of the last dictionary seen: the values array (held, so
+/// its identity cannot be reused) and the id of each of its values.
+#[derive(Default)]
+struct DictCache {
+    values: Option<ArrayRef>,
+    ids: Vec<Option<u32>>,
+}
+
+fn is_string_key(types: &[DataType]) -> bool {
+    match types {
+        [DataType::Dictionary(_, v)] => matches!(
+            v.as_ref(),
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+        ),
+        [DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View] => true,
+        _ => false,
+    }
+}
+
+fn converter_for(types: &[DataType]) -> Result<Option<RowConverter>> {
+    if is_string_key(types) || types.is_empty() {
+        Ok(None)
+    } else {
+        Ok(Some(RowConverter::new(
+            types.iter().map(|t| SortField::new(t.clone())).collect(),
+        )?))
+    }
+}
+
+/// How ids are found: inserting new keys (build side) or looking up only
+/// (probe side, where the index is shared read-only).
+trait IdSource {
+    fn string_id(&mut self, s: &str) -> Option<u32>;
+    fn row_id(&mut self, r: &[u8]) -> Option<u32>;
+}
+
+struct Insert<'a>(&'a mut KeyIndex);
+struct Lookup<'a>(&'a KeyIndex);
+
+impl IdSource for Insert<'_> {
+    fn string_id(&mut self, s: &str) -> Option<u32> {
+        if let Some(id) = self.0.strings.get(s) {
+            return Some(*id);
+        }
+        let id = self.0.next;
+        self.0.next += 1;
+        self.0.strings.insert(s.to_string(), id);
+        Some(id)
+    }
+
+    fn row_id(&mut self, r: &[u8]) -> Option<u32> {
+        if let Some(id) = self.0.rows.get(r) {
+            return Some(*id);
+        }
+        let id = self.0.next;
+        self.0.next += 1;
+        self.0.rows.insert(r.to_vec(), id);
+        Some(id)
+    }
+}
+
+impl IdSource for Lookup<'_> {
+    fn string_id(&mut self, s: &str) -> Option<u32> {
+        self.0.strings.get(s).copied()
+    }
+
+    fn row_id(&mut self, r: &[u8]) -> Option<u32> {
+        self.0.rows.get(r).copied()
+    }
+}
+
+/// Group id of each row (None: a null key, or a key the source lacks).
+fn key_ids(
+    keys: &[ArrayRef],
+    converter: Option<&RowConverter>,
+    src: &mut impl IdSource,
+    cache: &mut DictCache,
+) -> Result<Vec<Option<u32>>> {
+    let Some(k) = keys.first() else {
+        return Ok(Vec::new());
+    };
+    let n = k.len();
+    match converter {
+        None => {
+            if let Some(d) = k.as_any_dictionary_opt() {
+                let same = cache
+                    .values
+                    .as_ref()
+                    .is_some_and(|v| Arc::ptr_eq(v, d.values()));
+                if !same {
+                    let values = cast(d.values(), &DataType::Utf8)?;
+                    let vs: &StringArray = values.as_string::<i32>();
+                    cache.ids = (0..vs.len())
+                        .map(|i| {
+                            if vs.is_null(i) {
+                                None
+                            } else {
+                                src.string_id(vs.value(i))
+                            }
+                        })
+                        .collect();
+                    cache.values = Some(d.values().clone());
+                }
+                let ks = d.normalized_keys();
+                return Ok((0..n)
+                    .map(|i| {
+                        if k.is_null(i) {
+                            None
+                        } else {
+                            cache.ids.get(ks[i]).copied().flatten()
+                        }
+                    })
+                    .collect());
+            }
+            let s = cast(k, &DataType::Utf8)?;
+            let s = s.as_string::<i32>();
+            Ok((0..n)
+                .map(|i| {
+                    if s.is_null(i) {
+                        None
+                    } else {
+                        src.string_id(s.value(i))
+                    }
+                })
+                .collect())
+        }
+        Some(conv) => {
+            let rows = conv.convert_columns(keys)?;
+            Ok((0..n)
+                .map(|i| {
+                    if keys.iter().any(|k| k.is_null(i)) {
+                        None
+                    } else {
+                        src.row_id(rows.row(i).as_ref())
+                    }
+                })
+                .collect())
+        }
+    }
+}
+
+/// One key's right rows, sorted by time (arrival order among equal times).
+#[derive(Default)]
+struct Run {
+    times: Vec<i64>,
+    locs: Vec<(u32, u32)>,
+}
+
+impl Run {
+    fn find(&self, t: i64, op: AsofOp) -> Option<(u32, u32)> {
+        let len = self.times.len();
+        let i = match op {
+            AsofOp::Ge => self.times.partition_point(|&x| x <= t).checked_sub(1)?,
+            AsofOp::Gt => self.times.partition_point(|&x| x < t).checked_sub(1)?,
+            AsofOp::Le => Some(self.times.partition_point(|&x| x < t)).filter(|&p| p < len)?,
+            AsofOp::Lt => Some(self.times.partition_point(|&x| x <= t)).filter(|&p| p < len)?,
+        };
+        Some(self.locs[i])
+    }
+
+    fn sort(&mut self) {
+        if self.times.is_sorted() {
+            return;
+        }
+        let mut order: Vec<u32> = (0..self.times.len() as u32).collect();
+        // Stable: equal times keep arrival order.
+        order.sort_by_key(|&i| self.times[i as usize]);
+        self.times = order.iter().map(|&i| self.times[i as usize]).collect();
+        self.locs = order.iter().map(|&i| self.locs[i as usize]).collect();
+    }
+}
+
+/// The right side, read once: its columns (batch by batch, plus a last
+/// one-row all-null batch for unmatched left rows) and a run per key.
+struct RightSide {
+    columns: Vec<Vec<ArrayRef>>,
+    null_batch: u32,
+    index: KeyIndex,
+    converter: Option<RowConverter>,
+    runs: Vec<Run>,
+    _reservation: MemoryReservation,
+}
+
+/// Bytes of index per right row: time, batch, row.
+const INDEX_BYTES_PER_ROW: usize = 16;
+
+async fn build_right(
+    right: Arc<dyn ExecutionPlan>,
+    keys: Vec<PExpr>,
+    time: PExpr,
+    ctx: Arc<TaskContext>,
+) -> Result<RightSide> {
+    let reservation = MemoryConsumer::new("AsofJoinExec[right]").register(ctx.memory_pool());
+    let schema = right.schema();
+    let key_types = keys
+        .iter()
+        .map(|k| k.data_type(&schema))
+        .collect::<Result<Vec<_>>>()?;
+    let converter = converter_for(&key_types)?;
+    let mut index = KeyIndex::default();
+    let mut cache = DictCache::default();
+    let mut runs: Vec<Run> = Vec::new();
+    let mut columns: Vec<Vec<ArrayRef>> = vec![Vec::new(); schema.fields().len()];
+    let mut batches = 0u32;
+    for p in 0..right.output_partitioning().partition_count() {
+        let mut s = right.execute(p, ctx.clone())?;
+        while let Some(b) = s.next().await {
+            let b = b?;
+            let n = b.num_rows();
+            if n == 0 {
+                continue;
+            }
+            reservation.try_grow(n * INDEX_BYTES_PER_ROW + b.get_array_memory_size() / 8)?;
+            let ids = if keys.is_empty() {
+                vec![Some(0); n]
+            } else {
+                key_ids(
+                    &evaluate(&keys, &b)?,
+                    converter.as_ref(),
+                    &mut Insert(&mut index),
+                    &mut cache,
+                )?
+            };
+            let times = time_values(&time.evaluate(&b)?.into_array(n)?)?;
+            runs.resize_with((index.next as usize).max(1), Run::default);
+            for (r, id) in ids.iter().enumerate() {
+                if let (Some(g), true) = (id, times.is_valid(r)) {
+                    let run = &mut runs[*g as usize];
+                    run.times.push(times.value(r));
+                    run.locs.push((batches, r as u32));
+                }
+            }
+            for (c, a) in b.columns().iter().enumerate() {
+                columns[c].push(a.clone());
+            }
+            batches += 1;
+        }
+    }
+    for r in &mut runs {
+        r.sort();
+    }
+    for (c, f) in schema.fields().iter().enumerate() {
+        columns[c].push(new_null_array(f.data_type(), 1));
+    }
+    Ok(RightSide {
+        columns,
+        null_batch: batches,
+        index,
+        converter,
+        runs,
+        _reservation: reservation,
+    })
+}
+
+struct Probe {
+    keys: Vec<PExpr>,
+    time: PExpr,
+    op: AsofOp,
+    schema: SchemaRef,
+    cache: DictCache,
+}
+
+impl Probe {
+    fn batch(&mut self, side: &RightSide, b: &RecordBatch) -> Result<RecordBatch> {
+        let n = b.num_rows();
+        let ids = if self.keys.is_empty() {
+            vec![Some(0); n]
+        } else {
+            key_ids(
+                &evaluate(&self.keys, b)?,
+                side.converter.as_ref(),
+                &mut Lookup(&side.index),
+                &mut self.cache,
+            )?
+        };
+        let times = time_values(&self.time.evaluate(b)?.into_array(n)?)?;
+        let null = (side.null_batch as usize, 0usize);
+        let mut take = Vec::with_capacity(n);
+        for (r, id) in ids.iter().enumerate() {
+            let loc = match (id, times.is_valid(r)) {
+                (Some(g), true) => side
+                    .runs
+                    .get(*g as usize)
+                    .and_then(|run| run.find(times.value(r), self.op)),
+                _ => None,
+            };
+            take.push(loc.map(|(b, r)| (b as usize, r as usize)).unwrap_or(null));
+        }
+        let mut cols: Vec<ArrayRef> = b.columns().to_vec();
+        for c in &side.columns {
+            let refs: Vec<&dyn Array> = c.iter().map(|a| a.as_ref()).collect();
+            cols.push(interleave(&refs, &take)?);
+        }
+        Ok(RecordBatch::try_new(self.schema.clone(), cols)?)
+    }
+}
+
+/// Registers the marker function and the rule that plans ASOF joins.
+pub fn register(ctx: &datafusion::prelude::SessionContext) {
+    ctx.register_udf(marker_udf());
+    ctx.add_analyzer_rule(Arc::new(AsofRule));
+}

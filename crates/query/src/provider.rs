@@ -1,0 +1,419 @@
+//! The DataFusion `TableProvider` over one table of the column store.
+//!
+//! A scan takes one snapshot of the table (at physical planning, i.e. when
+//! the query starts) and hands its chunks to a `MemorySourceConfig` plan
+//! without copying: projection is `RecordBatch::project`, and big chunks are
+//! cut into `batch_size` slices. Two kinds of filters are pushed down:
+//!
+//! - equality / `IN` / `OR` of equalities on the table's indexed symbol
+//!   column: sealed chunks take only that symbol's rows through their
+//!   `SymIndex`; chunks without an index (the active one) are filtered by
+//!   their dictionary keys. Exact: DataFusion drops the filter.
+//! - range comparisons of the designated timestamp column with constants:
+//!   chunks whose `[min_time, max_time]` misses the range are skipped.
+//!   Inexact (chunks arrive in arrival order, not time order), so DataFusion
+//!   still filters the rows of the chunks that remain.
+
+use datafusion::arrow::array::{Array, BooleanArray, RecordBatch, UInt32Array};
+use datafusion::arrow::compute::{filter_record_batch, take_record_batch};
+use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit, UInt32Type};
+use datafusion::catalog::Session;
+use datafusion::common::{DataFusionError, Result, ScalarValue};
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::datasource::{TableProvider, TableType};
+use datafusion::logical_expr::{Between, BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
+use datafusion::physical_plan::ExecutionPlan;
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::Arc;
+use tickdb_core::store::{ChunkSnapshot, Store, TableSnapshot};
+use tickdb_core::TableDef;
+
+/// One table of the store, as SQL sees it.
+pub struct TickTable {
+    store: Arc<Store>,
+    def: Arc<TableDef>,
+    schema: SchemaRef,
+    target_partitions: usize,
+}
+
+impl fmt::Debug for TickTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TickTable")
+            .field("table", &self.def.name)
+            .finish()
+    }
+}
+
+impl TickTable {
+    pub fn new(store: Arc<Store>, def: &TableDef, target_partitions: usize) -> TickTable {
+        TickTable {
+            store,
+            def: Arc::new(def.clone()),
+            schema: tickdb_core::store::arrow_schema(def),
+            target_partitions: target_partitions.max(1),
+        }
+    }
+
+    pub fn def(&self) -> &Arc<TableDef> {
+        &self.def
+    }
+
+    /// A snapshot of the table as of now.
+    pub fn snapshot(&self) -> Result<TableSnapshot> {
+        self.store.snapshot(&self.def.name).map_err(|e| {
+            DataFusionError::Execution(format!("snapshot of '{}': {e}", self.def.name))
+        })
+    }
+
+    fn sym_name(&self) -> Option<&str> {
+        self.def
+            .sym_column
+            .map(|i| self.def.columns[i].name.as_str())
+    }
+
+    fn time_name(&self) -> &str {
+        &self.def.columns[self.def.time_column].name
+    }
+}
+
+/// What the pushed-down filters of one scan allow.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pruning {
+    /// Symbols the rows must have (None: any).
+    pub syms: Option<BTreeSet<String>>,
+    /// Inclusive bounds on the designated timestamp, in ns.
+    pub time_lo: i64,
+    pub time_hi: i64,
+}
+
+impl Default for Pruning {
+    fn default() -> Self {
+        Pruning {
+            syms: None,
+            time_lo: i64::MIN,
+            time_hi: i64::MAX,
+        }
+    }
+}
+
+/// The column an expression names, looking through casts.
+fn column_name(e: &Expr) -> Option<&str> {
+    match e {
+        Expr::Column(c) => Some(c.name.as_str()),
+        Expr::Cast(c) => column_name(&c.expr),
+        Expr::TryCast(c) => column_name(&c.expr),
+        _ => None,
+    }
+}
+
+/// A constant's scalar value, looking through casts of constants.
+fn literal(e: &Expr) -> Option<ScalarValue> {
+    match e {
+        Expr::Literal(v, _) => Some(v.clone()),
+        Expr::Cast(c) => literal(&c.expr)?.cast_to(c.field.data_type()).ok(),
+        Expr::TryCast(c) => literal(&c.expr)?.cast_to(c.field.data_type()).ok(),
+        _ => None,
+    }
+}
+
+fn string_value(v: &ScalarValue) -> Option<String> {
+    match v {
+        ScalarValue::Utf8(Some(s))
+        | ScalarValue::LargeUtf8(Some(s))
+        | ScalarValue::Utf8View(Some(s)) => Some(s.clone()),
+        ScalarValue::Dictionary(_, inner) => string_value(inner),
+        _ => None,
+    }
+}
+
+/// A constant as nanoseconds since the epoch.
+fn time_value(v: &ScalarValue) -> Option<i64> {
+    let v = match v {
+        ScalarValue::Dictionary(_, inner) => return time_value(inner),
+        ScalarValue::Utf8(_) | ScalarValue::LargeUtf8(_) | ScalarValue::Utf8View(_) => v
+            .cast_to(&DataType::Timestamp(TimeUnit::Nanosecond, None))
+            .ok()?,
+        _ => v.clone(),
+    };
+    match v {
+        ScalarValue::TimestampNanosecond(Some(x), _) => Some(x),
+        ScalarValue::TimestampMicrosecond(Some(x), _) => x.checked_mul(1_000),
+        ScalarValue::TimestampMillisecond(Some(x), _) => x.checked_mul(1_000_000),
+        ScalarValue::TimestampSecond(Some(x), _) => x.checked_mul(1_000_000_000),
+        ScalarValue::Date32(Some(d)) => (d as i64).checked_mul(86_400_000_000_000),
+        ScalarValue::Date64(Some(ms)) => ms.checked_mul(1_000_000),
+        _ => None,
+    }
+}
+
+impl TickTable {
+    /// The symbols an expression restricts the index column to, if it is an
+    /// equality, an `IN` list, or an `OR` of those.
+    fn sym_set(&self, e: &Expr) -> Option<BTreeSet<String>> {
+        let sym = self.sym_name()?;
+        match e {
+            Expr::BinaryExpr(BinaryExpr {
+                left,
+                op: Operator::Eq,
+                right,
+            }) => {
+                let v = if column_name(left) == Some(sym) {
+                    right
+                } else if column_name(right) == Some(sym) {
+                    left
+                } else {
+                    return None;
+                };
+                Some(BTreeSet::from([string_value(&literal(v)?)?]))
+            }
+            Expr::BinaryExpr(BinaryExpr {
+                left,
+                op: Operator::Or,
+                right,
+            }) => {
+                let mut a = self.sym_set(left)?;
+                a.extend(self.sym_set(right)?);
+                Some(a)
+            }
+            Expr::InList(l) if !l.negated && column_name(&l.expr) == Some(sym) => {
+                let mut out = BTreeSet::new();
+                for v in &l.list {
+                    out.insert(string_value(&literal(v)?)?);
+                }
+                Some(out)
+            }
+            _ => None,
+        }
+    }
+
+    /// Inclusive time bounds an expression implies, if it compares the
+    /// designated timestamp column with constants.
+    fn time_range(&self, e: &Expr) -> Option<(i64, i64)> {
+        let time = self.time_name();
+        match e {
+            Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
+                let (op, v) = if column_name(left) == Some(time) {
+                    (*op, right)
+                } else if column_name(right) == Some(time) {
+                    (op.swap()?, left)
+                } else {
+                    return None;
+                };
+                let v = time_value(&literal(v)?)?;
+                match op {
+                    Operator::Eq => Some((v, v)),
+                    Operator::Gt => Some((v.checked_add(1)?, i64::MAX)),
+                    Operator::GtEq => Some((v, i64::MAX)),
+                    Operator::Lt => Some((i64::MIN, v.checked_sub(1)?)),
+                    Operator::LtEq => Some((i64::MIN, v)),
+                    _ => None,
+                }
+            }
+            Expr::Between(Between {
+                expr,
+                negated: false,
+                low,
+                high,
+            }) if column_name(expr) == Some(time) => {
+                Some((time_value(&literal(low)?)?, time_value(&literal(high)?)?))
+            }
+            _ => None,
+        }
+    }
+
+    /// Folds the pushed-down filters into one pruning description.
+    pub fn pruning(&self, filters: &[Expr]) -> Pruning {
+        let mut p = Pruning::default();
+        for f in filters {
+            if let Some(s) = self.sym_set(f) {
+                p.syms = Some(match p.syms.take() {
+                    None => s,
+                    Some(prev) => prev.intersection(&s).cloned().collect(),
+                });
+            } else if let Some((lo, hi)) = self.time_range(f) {
+                p.time_lo = p.time_lo.max(lo);
+                p.time_hi = p.time_hi.min(hi);
+            }
+        }
+        p
+    }
+}
+
+/// The rows of `chunk` whose symbol id is in `ids` (sorted ascending), as
+/// a batch of the columns in `projection`.
+fn select_syms(
+    chunk: &ChunkSnapshot,
+    sym_column: usize,
+    ids: &[u32],
+    projection: Option<&Vec<usize>>,
+) -> Result<RecordBatch> {
+    let batch = match projection {
+        Some(p) => chunk.batch.project(p)?,
+        None => chunk.batch.clone(),
+    };
+    if let Some(ix) = &chunk.sym_index {
+        let mut rows: Vec<u32> = Vec::new();
+        for id in ids {
+            rows.extend_from_slice(ix.rows(*id));
+        }
+        if ids.len() > 1 {
+            // Keep arrival order across symbols.
+            rows.sort_unstable();
+        }
+        if rows.is_empty() {
+            return Ok(batch.slice(0, 0));
+        }
+        if rows.len() == batch.num_rows() {
+            return Ok(batch);
+        }
+        let indices = UInt32Array::from(rows);
+        return Ok(take_record_batch(&batch, &indices)?);
+    }
+    let col = chunk.batch.column(sym_column);
+    let dict = col
+        .as_any()
+        .downcast_ref::<datafusion::arrow::array::DictionaryArray<UInt32Type>>()
+        .ok_or_else(|| {
+            DataFusionError::Internal("symbol column is not Dictionary(UInt32, Utf8)".into())
+        })?;
+    let keys = dict.keys();
+    let mask: BooleanArray = if keys.null_count() == 0 {
+        keys.values()
+            .iter()
+            .map(|k| Some(ids.binary_search(k).is_ok()))
+            .collect()
+    } else {
+        keys.iter()
+            .map(|k| Some(k.is_some_and(|k| ids.binary_search(&k).is_ok())))
+            .collect()
+    };
+    Ok(filter_record_batch(&batch, &mask)?)
+}
+
+/// Cuts a batch into zero-copy slices of at most `rows` rows.
+fn slices(batch: RecordBatch, rows: usize, out: &mut Vec<RecordBatch>) {
+    let n = batch.num_rows();
+    if n <= rows {
+        if n > 0 {
+            out.push(batch);
+        }
+        return;
+    }
+    let mut at = 0;
+    while at < n {
+        let len = rows.min(n - at);
+        out.push(batch.slice(at, len));
+        at += len;
+    }
+}
+
+/// The batches a scan of `snap` yields under `pruning`, in arrival order.
+pub fn scan_batches(
+    snap: &TableSnapshot,
+    pruning: &Pruning,
+    projection: Option<&Vec<usize>>,
+    batch_rows: usize,
+) -> Result<Vec<RecordBatch>> {
+    let ids: Option<Vec<u32>> = pruning.syms.as_ref().map(|syms| {
+        let mut ids: Vec<u32> = syms.iter().filter_map(|s| snap.symbol_id(s)).collect();
+        ids.sort_unstable();
+        ids
+    });
+    if ids.as_ref().is_some_and(|i| i.is_empty()) {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for chunk in &snap.chunks {
+        if chunk.batch.num_rows() == 0
+            || chunk.max_time < pruning.time_lo
+            || chunk.min_time > pruning.time_hi
+        {
+            continue;
+        }
+        let batch = match (&ids, snap.def.sym_column) {
+            (Some(ids), Some(sc)) => select_syms(chunk, sc, ids, projection)?,
+            _ => match projection {
+                Some(p) => chunk.batch.project(p)?,
+                None => chunk.batch.clone(),
+            },
+        };
+        slices(batch, batch_rows, &mut out);
+    }
+    Ok(out)
+}
+
+/// Spreads batches over `n` partitions in contiguous runs, so each
+/// partition reads its part of the table in arrival order.
+fn partition(batches: Vec<RecordBatch>, n: usize) -> Vec<Vec<RecordBatch>> {
+    let total: usize = batches.iter().map(|b| b.num_rows()).sum();
+    let n = n.max(1);
+    if batches.is_empty() {
+        return vec![Vec::new()];
+    }
+    let per = total.div_ceil(n).max(1);
+    let mut parts: Vec<Vec<RecordBatch>> = vec![Vec::new()];
+    let mut rows_in_last = 0;
+    for b in batches {
+        if rows_in_last >= per && parts.len() < n {
+            parts.push(Vec::new());
+            rows_in_last = 0;
+        }
+        rows_in_last += b.num_rows();
+        parts.last_mut().expect("one partition at least").push(b);
+    }
+    parts
+}
+
+#[async_trait::async_trait]
+impl TableProvider for TickTable {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> Result<Vec<TableProviderFilterPushDown>> {
+        Ok(filters
+            .iter()
+            .map(|f| {
+                if self.sym_set(f).is_some() {
+                    TableProviderFilterPushDown::Exact
+                } else if self.time_range(f).is_some() {
+                    TableProviderFilterPushDown::Inexact
+                } else {
+                    TableProviderFilterPushDown::Unsupported
+                }
+            })
+            .collect())
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let snap = self.snapshot()?;
+        let pruning = self.pruning(filters);
+        let batch_rows = state.config().batch_size().max(1);
+        let batches = scan_batches(&snap, &pruning, projection, batch_rows)?;
+        let partitions = partition(batches, self.target_partitions);
+        // The batches are projected already (zero-copy) so that symbol
+        // selection takes only the columns the query reads.
+        let schema = match projection {
+            Some(p) => Arc::new(self.schema.project(p)?),
+            None => self.schema.clone(),
+        };
+        let source = MemorySourceConfig::try_new(&partitions, schema, None)?
+            .with_show_sizes(false)
+            .with_limit(limit);
+        Ok(datafusion::datasource::source::DataSourceExec::from_data_source(source))
+    }
+}

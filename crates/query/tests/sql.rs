@@ -1,0 +1,411 @@
+//! SQL over the store: aggregates, pushed-down filters checked against
+//! brute force, errors, limits and encodings.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+use tickdb_query::encode::{self, rfc3339_nanos};
+use tickdb_query::{QueryEngine, QueryError, QueryOptions};
+
+const ROWS: usize = 200_000;
+
+async fn rows(e: &QueryEngine, sql: &str) -> Vec<Value> {
+    let r = e
+        .query(sql)
+        .await
+        .unwrap_or_else(|err| panic!("{sql}: {err}"));
+    match encode::json(&r)["dataset"].clone() {
+        Value::Array(a) => a,
+        _ => unreachable!(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aggregates_match_brute_force() {
+    let trades = gen_trades(ROWS);
+    let store = store_with(&trades);
+    assert!(
+        store
+            .snapshot("trade")
+            .unwrap()
+            .chunks
+            .iter()
+            .filter(|c| c.sym_index.is_some())
+            .count()
+            >= 2
+    );
+    let e = engine(store);
+
+    let total: i64 = trades.iter().map(|t| t.size).sum();
+    assert_eq!(
+        rows(&e, "SELECT count(*), sum(size) FROM trade").await,
+        vec![json!([ROWS, total])]
+    );
+
+    let mut by_sym: BTreeMap<&str, (i64, i64)> = BTreeMap::new();
+    for t in &trades {
+        let s = by_sym.entry(t.sym).or_default();
+        s.0 += 1;
+        s.1 += t.size;
+    }
+    let want: Vec<Value> = by_sym.iter().map(|(s, (n, z))| json!([s, n, z])).collect();
+    assert_eq!(
+        rows(
+            &e,
+            "SELECT sym, count(*), sum(size) FROM trade GROUP BY sym ORDER BY sym"
+        )
+        .await,
+        want
+    );
+    // Null prices are skipped by count(price).
+    let priced = trades.iter().filter(|t| t.price.is_some()).count();
+    assert_eq!(
+        rows(&e, "SELECT count(price) FROM trade").await,
+        vec![json!([priced])]
+    );
+    // An empty table answers too.
+    assert_eq!(
+        rows(&e, "SELECT count(*) FROM quote").await,
+        vec![json!([0])]
+    );
+}
+
+/// Each filtered query must equal the same filter written so that it
+/// cannot be pushed down (`sym || ''`, `time + 0`), and a Rust count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushed_down_filters_equal_unpushed() {
+    let trades = gen_trades(ROWS);
+    let e = engine(store_with(&trades));
+    let ts = |ns: i64| rfc3339_nanos(ns);
+    let lo = T0 + 70_000 * 1_000_000;
+    let hi = T0 + 140_000 * 1_000_000;
+    let cases: Vec<(String, String, usize)> = vec![
+        (
+            "sym = 'IBM'".into(),
+            "sym || '' = 'IBM'".into(),
+            trades.iter().filter(|t| t.sym == "IBM").count(),
+        ),
+        (
+            "'IBM' = sym".into(),
+            "sym || '' = 'IBM'".into(),
+            trades.iter().filter(|t| t.sym == "IBM").count(),
+        ),
+        (
+            "sym IN ('IBM', 'TSLA', 'NOPE')".into(),
+            "sym || '' IN ('IBM', 'TSLA', 'NOPE')".into(),
+            trades.iter().filter(|t| t.sym == "IBM" || t.sym == "TSLA").count(),
+        ),
+        (
+            "(sym = 'AAPL' OR sym = 'GOOG')".into(),
+            "(sym || '' = 'AAPL' OR sym || '' = 'GOOG')".into(),
+            trades.iter().filter(|t| t.sym == "AAPL" || t.sym == "GOOG").count(),
+        ),
+        ("sym = 'NOPE'".into(), "sym || '' = 'NOPE'".into(), 0),
+        (
+            format!("time >= '{}' AND time < '{}'", ts(lo), ts(hi)),
+            format!("time + INTERVAL '0 seconds' >= '{}' AND time + INTERVAL '0 seconds' < '{}'", ts(lo), ts(hi)),
+            trades.iter().filter(|t| t.time >= lo && t.time < hi).count(),
+        ),
+        (
+            format!("time BETWEEN '{}' AND '{}' AND sym = 'MSFT'", ts(lo), ts(hi)),
+            format!("time + INTERVAL '0 seconds' BETWEEN '{}' AND '{}' AND sym || '' = 'MSFT'", ts(lo), ts(hi)),
+            trades.iter().filter(|t| t.time >= lo && t.time <= hi && t.sym == "MSFT").count(),
+        ),
+        (
+            format!("time > to_timestamp_nanos({lo}) AND sym IN ('AAPL', 'IBM')"),
+            format!("time + INTERVAL '0 seconds' > to_timestamp_nanos({lo}) AND sym || '' IN ('AAPL', 'IBM')"),
+            trades.iter().filter(|t| t.time > lo && (t.sym == "AAPL" || t.sym == "IBM")).count(),
+        ),
+        (
+            format!("'{}' > time", ts(lo)),
+            format!("'{}' > time + INTERVAL '0 seconds'", ts(lo)),
+            trades.iter().filter(|t| t.time < lo).count(),
+        ),
+    ];
+    for (pushed, unpushed, n) in cases {
+        let q = |w: &str| {
+            format!(
+                "SELECT count(*), sum(size), min(time), max(time), sum(price) FROM trade WHERE {w}"
+            )
+        };
+        let a = rows(&e, &q(&pushed)).await;
+        let b = rows(&e, &q(&unpushed)).await;
+        assert_eq!(a, b, "{pushed} vs {unpushed}");
+        assert_eq!(a[0][0], json!(n), "{pushed}");
+        // Row order and contents, not just aggregates.
+        let r = |w: &str| {
+            format!("SELECT time, sym, price, size FROM trade WHERE {w} ORDER BY time, size")
+        };
+        assert_eq!(
+            rows(&e, &r(&pushed)).await,
+            rows(&e, &r(&unpushed)).await,
+            "{pushed}"
+        );
+    }
+    // The symbol filter is exact: no FilterExec stays above the scan.
+    let plan = rows(&e, "EXPLAIN SELECT price FROM trade WHERE sym = 'IBM'").await;
+    let text = format!("{plan:?}");
+    assert!(!text.contains("FilterExec"), "{text}");
+    // Time pruning skips chunks but keeps the exact filter.
+    let plan = rows(
+        &e,
+        &format!("EXPLAIN SELECT price FROM trade WHERE time >= '{}'", ts(lo)),
+    )
+    .await;
+    assert!(format!("{plan:?}").contains("FilterExec"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_by_sym_with_index_filter_and_projection() {
+    let trades = gen_trades(ROWS);
+    let e = engine(store_with(&trades));
+    let want: f64 = trades
+        .iter()
+        .filter(|t| t.sym == "TSLA")
+        .filter_map(|t| t.price)
+        .sum();
+    let got = rows(
+        &e,
+        "SELECT sym, sum(price) FROM trade WHERE sym = 'TSLA' GROUP BY sym",
+    )
+    .await;
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0][0], json!("TSLA"));
+    assert!((got[0][1].as_f64().unwrap() - want).abs() < 1e-6 * want);
+    // LIMIT with a pushed symbol filter.
+    let got = rows(&e, "SELECT sym FROM trade WHERE sym = 'GOOG' LIMIT 5").await;
+    assert_eq!(got, vec![json!(["GOOG"]); 5]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_are_clear() {
+    let e = engine(store_with(&gen_trades(100)));
+    match e.query("SELEC * FROM trade").await {
+        Err(QueryError::Syntax { message, position }) => {
+            assert_eq!(position, Some((1, 1)), "{message}");
+            assert!(message.contains("SELEC"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    match e.query("SELECT * FROM trade WHERE").await {
+        Err(err @ QueryError::Syntax { .. }) => {
+            assert_eq!(err.kind(), "syntax");
+            assert!(err.position().is_some(), "{err}");
+        }
+        other => panic!("{other:?}"),
+    }
+    match e.query("SELECT * FROM trad").await {
+        Err(err @ QueryError::Plan { .. }) => {
+            assert!(err.to_string().contains("table 'trad' not found"), "{err}");
+            assert_eq!(err.position(), Some((1, 15)));
+        }
+        other => panic!("{other:?}"),
+    }
+    match e.query("SELECT prce FROM trade").await {
+        Err(err @ QueryError::Plan { .. }) => {
+            let m = err.to_string();
+            assert!(m.contains("column 'prce' not found in 'trade'"), "{m}");
+            assert!(m.contains("did you mean 'price'"), "{m}");
+            assert_eq!(err.position(), Some((1, 8)), "{m}");
+        }
+        other => panic!("{other:?}"),
+    }
+    match e.query("SELECT price + sym FROM trade").await {
+        Err(err @ QueryError::Plan { .. }) => assert_eq!(err.kind(), "plan"),
+        other => panic!("{other:?}"),
+    }
+    match e.query("SELECT sum(sym) FROM trade").await {
+        Err(err @ QueryError::Plan { .. }) => assert!(err.to_string().contains("sum"), "{err}"),
+        other => panic!("{other:?}"),
+    }
+    // Read-only: no DDL, DML or SET.
+    for sql in [
+        "CREATE TABLE x (a INT)",
+        "DROP TABLE trade",
+        "INSERT INTO trade VALUES (1)",
+    ] {
+        let err = e.query(sql).await.unwrap_err();
+        assert!(matches!(err, QueryError::Plan { .. }), "{sql}: {err:?}");
+    }
+    assert_eq!(
+        rows(&e, "SELECT count(*) FROM trade").await,
+        vec![json!([100])]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_query_times_out() {
+    let store = store_with(&gen_trades(ROWS));
+    let opts = QueryOptions {
+        timeout: Duration::from_millis(100),
+        ..QueryOptions::default()
+    };
+    let e = QueryEngine::new(store, opts).unwrap();
+    let t = Instant::now();
+    let err = e
+        .query(
+            "SELECT sum(a.size * b.size) FROM trade a CROSS JOIN trade b WHERE a.price > b.price",
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, QueryError::Timeout(_)), "{err:?}");
+    assert_eq!(err.kind(), "timeout");
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    // The engine still answers afterwards.
+    assert_eq!(
+        rows(&e, "SELECT count(*) FROM trade").await,
+        vec![json!([ROWS])]
+    );
+    // Streams time out too.
+    let (_, mut s) = e
+        .stream("SELECT a.size FROM trade a CROSS JOIN trade b WHERE a.price > b.price + 1000")
+        .await
+        .unwrap();
+    use futures::StreamExt;
+    let t = Instant::now();
+    let mut failed = false;
+    while let Some(b) = s.next().await {
+        if let Err(err) = b {
+            assert!(matches!(e.classify(err, ""), QueryError::Timeout(_)));
+            failed = true;
+            break;
+        }
+    }
+    assert!(failed);
+    assert!(t.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_limit_is_enforced() {
+    let store = store_with(&gen_trades(ROWS));
+    let opts = QueryOptions {
+        memory_limit_bytes: 256 * 1024,
+        ..QueryOptions::default()
+    };
+    let e = QueryEngine::new(store, opts).unwrap();
+    let err = e
+        .query("SELECT * FROM trade ORDER BY price, time")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, QueryError::ResourcesExhausted(_)), "{err:?}");
+    let err = e
+        .query("SELECT time, size, count(*) FROM trade GROUP BY time, size")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, QueryError::ResourcesExhausted(_)), "{err:?}");
+    assert_eq!(err.kind(), "resources_exhausted");
+    // Small queries still run.
+    assert_eq!(
+        rows(&e, "SELECT count(*) FROM trade").await,
+        vec![json!([ROWS])]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn encodings_round_trip() {
+    let trades = gen_trades(70_000);
+    let e = engine(store_with(&trades));
+    let sql = "SELECT time, sym, price, size, price / 0.0 AS inf, 'x,\"y' AS s FROM trade ORDER BY time, size LIMIT 12";
+    let r = e.query(sql).await.unwrap();
+    let mut model: Vec<&Trade> = trades.iter().collect();
+    model.sort_by_key(|t| (t.time, t.size));
+    let model = &model[..12];
+
+    let j = encode::json(&r);
+    assert_eq!(j["query"], json!(sql));
+    assert_eq!(j["count"], json!(12));
+    assert_eq!(
+        j["columns"],
+        json!([
+            {"name": "time", "type": "TIMESTAMP"},
+            {"name": "sym", "type": "SYMBOL"},
+            {"name": "price", "type": "DOUBLE"},
+            {"name": "size", "type": "LONG"},
+            {"name": "inf", "type": "DOUBLE"},
+            {"name": "s", "type": "VARCHAR"},
+        ])
+    );
+    for (row, t) in j["dataset"].as_array().unwrap().iter().zip(model) {
+        assert_eq!(row[0], json!(rfc3339_nanos(t.time)));
+        assert_eq!(row[1], json!(t.sym));
+        assert_eq!(row[2], t.price.map(|p| json!(p)).unwrap_or(Value::Null));
+        assert_eq!(row[3], json!(t.size));
+        assert_eq!(row[4], Value::Null, "inf and NaN become null");
+        assert_eq!(row[5], json!("x,\"y"));
+    }
+
+    let csv = String::from_utf8(encode::csv(&r)).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines[0], "time,sym,price,size,inf,s");
+    assert_eq!(lines.len(), 13);
+    let t = model[1];
+    assert!(
+        lines[2].starts_with(&format!("{},{},", rfc3339_nanos(t.time), t.sym)),
+        "{}",
+        lines[2]
+    );
+    assert!(lines[2].ends_with("\"x,\"\"y\""), "{}", lines[2]);
+
+    let ipc = encode::arrow_ipc(&r);
+    let reader =
+        datafusion::arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(ipc), None)
+            .unwrap();
+    assert_eq!(reader.schema(), r.schema);
+    let batches: Vec<_> = reader.collect::<Result<_, _>>().unwrap();
+    assert_eq!(batches, r.batches);
+
+    // Whole-table encodings (many batches, dictionaries from several chunks).
+    let r = e.query("SELECT * FROM trade").await.unwrap();
+    let ipc = encode::arrow_ipc(&r);
+    let reader =
+        datafusion::arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(ipc), None)
+            .unwrap();
+    let n: usize = reader.map(|b| b.unwrap().num_rows()).sum();
+    assert_eq!(n, 70_000);
+    assert_eq!(
+        encode::csv(&r).iter().filter(|b| **b == b'\n').count(),
+        70_001
+    );
+    assert_eq!(encode::json(&r)["count"], json!(70_000));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queries_see_a_snapshot_while_ingest_goes_on() {
+    let trades = gen_trades(50_000);
+    let store = store_with(&trades[..10_000]);
+    let e = engine(store.clone());
+    let writer = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            let schema = store.schema().clone();
+            let def = schema.table("trade").unwrap();
+            for part in trades[10_000..].chunks(1_000) {
+                let mut b = tickdb_core::BatchBuilder::new(def);
+                for t in part {
+                    b.set(0, tickdb_core::batch::Value::Timestamp(t.time));
+                    b.set(1, tickdb_core::batch::Value::Symbol(t.sym));
+                    b.set(3, tickdb_core::batch::Value::I64(t.size));
+                    b.end_row();
+                }
+                store.apply(&b.finish()).unwrap();
+            }
+        })
+    };
+    let mut last = 0;
+    for _ in 0..20 {
+        let r = rows(&e, "SELECT count(*), count(size) FROM trade").await;
+        let n = r[0][0].as_i64().unwrap();
+        // Whole batches only: a query sees a cut between two applies.
+        assert_eq!(r[0][0], r[0][1]);
+        assert!(n >= last && n % 1_000 == 0, "{n}");
+        last = n;
+    }
+    writer.join().unwrap();
+    assert_eq!(
+        rows(&e, "SELECT count(*) FROM trade").await,
+        vec![json!([50_000])]
+    );
+}

@@ -1,0 +1,308 @@
+//! Tick SQL extensions: ASOF JOIN against brute force, vwap, time buckets.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use tickdb_core::batch::{BatchBuilder, Value as V};
+use tickdb_core::store::Store;
+use tickdb_query::encode;
+use tickdb_query::QueryEngine;
+
+#[derive(Debug, Clone)]
+struct Quote {
+    time: i64,
+    sym: &'static str,
+    bid: f64,
+}
+
+/// Quotes for all symbols but TSLA, plus one trades never have; times
+/// interleave with the trades' and some repeat (ties keep arrival order).
+fn gen_quotes(n: usize) -> Vec<Quote> {
+    let syms = ["AAPL", "MSFT", "IBM", "GOOG", "NFLX"];
+    (0..n)
+        .map(|i| Quote {
+            time: T0 + (i as i64 * 1_370_000)
+                - if i % 13 == 0 { 40_000_000 } else { 0 }
+                - (i as i64 % 3) * 1_000,
+            sym: syms[(i * 3 + i / 7) % syms.len()],
+            bid: i as f64,
+        })
+        .collect()
+}
+
+fn add_quotes(store: &Store, quotes: &[Quote]) {
+    let schema = store.schema().clone();
+    let def = schema.table("quote").unwrap();
+    for part in quotes.chunks(7_001) {
+        let mut b = BatchBuilder::new(def);
+        for q in part {
+            b.set(0, V::Timestamp(q.time));
+            b.set(1, V::Symbol(q.sym));
+            b.set(2, V::F64(q.bid));
+            b.set(3, V::F64(q.bid + 0.5));
+            b.set(4, V::I64(1));
+            b.set(5, V::I64(2));
+            b.end_row();
+        }
+        store.apply(&b.finish()).unwrap();
+    }
+}
+
+async fn rows(e: &QueryEngine, sql: &str) -> Vec<Value> {
+    let r = e
+        .query(sql)
+        .await
+        .unwrap_or_else(|err| panic!("{sql}: {err}"));
+    match encode::json(&r)["dataset"].clone() {
+        Value::Array(a) => a,
+        _ => unreachable!(),
+    }
+}
+
+fn sorted(mut v: Vec<Value>) -> Vec<Value> {
+    v.sort_by_key(|a| a.to_string());
+    v
+}
+
+/// The brute-force as-of match: index of the chosen quote.
+fn brute(t: &Trade, quotes: &[Quote], op: &str) -> Option<usize> {
+    let mut best: Option<usize> = None;
+    for (i, q) in quotes.iter().enumerate() {
+        if q.sym != t.sym {
+            continue;
+        }
+        let ok = match op {
+            ">=" => q.time <= t.time,
+            ">" => q.time < t.time,
+            "<=" => q.time >= t.time,
+            "<" => q.time > t.time,
+            _ => unreachable!(),
+        };
+        if !ok {
+            continue;
+        }
+        best = match best {
+            None => Some(i),
+            Some(b) => {
+                let bt = quotes[b].time;
+                let better = match op {
+                    // Latest; among equal times the last to arrive.
+                    ">=" | ">" => q.time >= bt,
+                    // Earliest; among equal times the first to arrive.
+                    _ => q.time < bt,
+                };
+                Some(if better { i } else { b })
+            }
+        };
+    }
+    best
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asof_join_matches_brute_force() {
+    let trades = gen_trades(3_000);
+    let quotes = gen_quotes(4_000);
+    let store = store_with(&trades);
+    add_quotes(&store, &quotes);
+    let e = engine(store);
+    for op in [">=", ">", "<=", "<"] {
+        let sql = format!(
+            "SELECT t.time, t.sym, t.size, q.bid, q.sym FROM trade t \
+             ASOF JOIN quote q MATCH_CONDITION (t.time {op} q.time) ON t.sym = q.sym"
+        );
+        let got = sorted(rows(&e, &sql).await);
+        let want = sorted(
+            trades
+                .iter()
+                .map(|t| {
+                    let m = brute(t, &quotes, op);
+                    json!([
+                        encode::rfc3339_nanos(t.time),
+                        t.sym,
+                        t.size,
+                        m.map(|i| json!(quotes[i].bid)).unwrap_or(Value::Null),
+                        m.map(|i| json!(quotes[i].sym)).unwrap_or(Value::Null),
+                    ])
+                })
+                .collect(),
+        );
+        assert_eq!(got.len(), trades.len(), "{op}");
+        assert_eq!(got, want, "{op}");
+    }
+    // The condition written right-to-left means the same.
+    let a = sorted(
+        rows(
+            &e,
+            "SELECT t.time, q.bid FROM trade t ASOF JOIN quote q MATCH_CONDITION (q.time <= t.time) ON q.sym = t.sym",
+        )
+        .await,
+    );
+    let b = sorted(
+        rows(
+            &e,
+            "SELECT t.time, q.bid FROM trade t ASOF JOIN quote q MATCH_CONDITION (t.time >= q.time) ON t.sym = q.sym",
+        )
+        .await,
+    );
+    assert_eq!(a, b);
+    let c = sorted(
+        rows(
+            &e,
+            "SELECT t.time, q.bid FROM trade t ASOF JOIN quote q MATCH_CONDITION (t.time >= q.time) USING (sym)",
+        )
+        .await,
+    );
+    assert_eq!(a, c);
+    // Filters on the left side, aggregates over the result, and the plan.
+    let want = trades
+        .iter()
+        .filter(|t| t.sym == "IBM")
+        .filter(|t| brute(t, &quotes, ">=").is_some())
+        .count();
+    assert_eq!(
+        rows(
+            &e,
+            "SELECT count(q.bid) FROM trade t ASOF JOIN quote q MATCH_CONDITION (t.time >= q.time) \
+             ON t.sym = q.sym WHERE t.sym = 'IBM'"
+        )
+        .await,
+        vec![json!([want])]
+    );
+    let plan = format!(
+        "{:?}",
+        rows(
+            &e,
+            "EXPLAIN SELECT t.price, q.bid FROM trade t ASOF JOIN quote q MATCH_CONDITION (t.time >= q.time) ON t.sym = q.sym"
+        )
+        .await
+    );
+    assert!(plan.contains("AsofJoinExec"), "{plan}");
+    assert!(
+        !plan.contains("HashJoinExec") && !plan.contains("NestedLoopJoinExec"),
+        "{plan}"
+    );
+    // A bad condition is a plan error.
+    let err = e
+        .query("SELECT * FROM trade t ASOF JOIN quote q MATCH_CONDITION (t.time = q.time) ON t.sym = q.sym")
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), "plan", "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asof_join_over_sealed_chunks() {
+    // Enough rows for sealed chunks (symbol index) on both sides.
+    let trades = gen_trades(150_000);
+    let quotes = gen_quotes(140_000);
+    let store: Arc<Store> = store_with(&trades);
+    add_quotes(&store, &quotes);
+    let e = engine(store);
+    let got = rows(
+        &e,
+        "SELECT t.sym, count(*), count(q.bid), sum(q.bid) FROM trade t \
+         ASOF JOIN quote q MATCH_CONDITION (t.time >= q.time) ON t.sym = q.sym GROUP BY t.sym ORDER BY t.sym",
+    )
+    .await;
+    // Brute force per symbol with a sorted merge (the quotes of a symbol
+    // are in time order apart from the shifted ones, so sort them).
+    let mut by_sym: BTreeMap<&str, Vec<(i64, usize)>> = BTreeMap::new();
+    for (i, q) in quotes.iter().enumerate() {
+        by_sym.entry(q.sym).or_default().push((q.time, i));
+    }
+    for v in by_sym.values_mut() {
+        v.sort_by_key(|(t, _)| *t);
+    }
+    let mut want: BTreeMap<&str, (i64, i64, f64)> = BTreeMap::new();
+    for t in &trades {
+        let w = want.entry(t.sym).or_default();
+        w.0 += 1;
+        if let Some(v) = by_sym.get(t.sym) {
+            let p = v.partition_point(|(qt, _)| *qt <= t.time);
+            if p > 0 {
+                w.1 += 1;
+                w.2 += quotes[v[p - 1].1].bid;
+            }
+        }
+    }
+    let want: Vec<Value> = want
+        .iter()
+        .map(|(s, (n, m, b))| json!([s, n, m, if *m == 0 { Value::Null } else { json!(b) }]))
+        .collect();
+    assert_eq!(got, want);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vwap_and_buckets() {
+    let trades = gen_trades(100_000);
+    let e = engine(store_with(&trades));
+    let mut w: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
+    for t in &trades {
+        if let Some(p) = t.price {
+            let e = w.entry(t.sym).or_default();
+            e.0 += p * t.size as f64;
+            e.1 += t.size as f64;
+        }
+    }
+    let got = rows(
+        &e,
+        "SELECT sym, vwap(price, size) FROM trade GROUP BY sym ORDER BY sym",
+    )
+    .await;
+    assert_eq!(got.len(), w.len());
+    for (row, (s, (pv, v))) in got.iter().zip(&w) {
+        assert_eq!(row[0], json!(s));
+        assert!((row[1].as_f64().unwrap() - pv / v).abs() < 1e-9, "{row}");
+    }
+    assert_eq!(
+        rows(&e, "SELECT vwap(price, size) FROM trade WHERE sym = 'NOPE'").await,
+        vec![json!([null])]
+    );
+
+    let mut buckets: BTreeMap<i64, i64> = BTreeMap::new();
+    for t in &trades {
+        *buckets
+            .entry(t.time.div_euclid(1_000_000_000) * 1_000_000_000)
+            .or_default() += 1;
+    }
+    let want: Vec<Value> = buckets
+        .iter()
+        .map(|(b, n)| json!([encode::rfc3339_nanos(*b), n]))
+        .collect();
+    for f in [
+        "time_bucket(INTERVAL '1 second', time)",
+        "xbar(INTERVAL '1 second', time)",
+        "xbar(1000000000, time)",
+        "date_bin(INTERVAL '1 second', time)",
+    ] {
+        let got = rows(
+            &e,
+            &format!("SELECT {f} AS b, count(*) FROM trade GROUP BY b ORDER BY b"),
+        )
+        .await;
+        assert_eq!(got, want, "{f}");
+    }
+    // Numeric xbar, kdb+ style.
+    assert_eq!(
+        rows(
+            &e,
+            "SELECT xbar(5, size) AS b, count(*) FROM trade WHERE size < 7 GROUP BY b ORDER BY b"
+        )
+        .await
+        .len(),
+        2
+    );
+    assert_eq!(rows(&e, "SELECT xbar(2.5, 7.4)").await, vec![json!([5.0])]);
+    // first/last exist (aliases of first_value/last_value).
+    let got = rows(
+        &e,
+        "SELECT first(size ORDER BY time), last(size ORDER BY time) FROM trade",
+    )
+    .await;
+    let mut by_time: Vec<&Trade> = trades.iter().collect();
+    by_time.sort_by_key(|t| t.time);
+    assert_eq!(got[0][0], json!(by_time[0].size));
+    assert_eq!(got[0][1], json!(by_time[by_time.len() - 1].size));
+}
