@@ -86,9 +86,10 @@ impl ColumnData {
     /// Row `i` of a symbol column as text.
     pub fn symbol(&self, i: usize) -> Option<&str> {
         match self {
-            ColumnData::Symbol { dict, keys } => {
-                keys.get(i).and_then(|k| dict.get(*k as usize)).map(|s| s.as_str())
-            }
+            ColumnData::Symbol { dict, keys } => keys
+                .get(i)
+                .and_then(|k| dict.get(*k as usize))
+                .map(|s| s.as_str()),
             _ => None,
         }
     }
@@ -191,9 +192,15 @@ impl Batch {
                             o.push(d.len() as u32);
                         }
                         if matches!(c.data, ColumnData::Str { .. }) {
-                            ColumnData::Str { offsets: o, data: d }
+                            ColumnData::Str {
+                                offsets: o,
+                                data: d,
+                            }
                         } else {
-                            ColumnData::Bytes { offsets: o, data: d }
+                            ColumnData::Bytes {
+                                offsets: o,
+                                data: d,
+                            }
                         }
                     }
                 };

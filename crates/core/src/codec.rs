@@ -69,11 +69,15 @@ fn encode_batch(batch: &Batch, out: &mut Vec<u8>) {
             None => out.push(0),
         }
         match &c.data {
-            ColumnData::Timestamp(v) | ColumnData::I64(v) => {
-                v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes()))
-            }
-            ColumnData::F64(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-            ColumnData::I32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+            ColumnData::Timestamp(v) | ColumnData::I64(v) => v
+                .iter()
+                .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+            ColumnData::F64(v) => v
+                .iter()
+                .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+            ColumnData::I32(v) => v
+                .iter()
+                .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
             ColumnData::Bool(v) => v.iter().for_each(|x| out.push(*x as u8)),
             ColumnData::Symbol { dict, keys } => {
                 out.extend_from_slice(&(dict.len() as u32).to_le_bytes());
@@ -81,7 +85,8 @@ fn encode_batch(batch: &Batch, out: &mut Vec<u8>) {
                     out.extend_from_slice(&(s.len() as u16).to_le_bytes());
                     out.extend_from_slice(s.as_bytes());
                 }
-                keys.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
+                keys.iter()
+                    .for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
             }
             ColumnData::Str { offsets, data } | ColumnData::Bytes { offsets, data } => {
                 offsets
@@ -139,7 +144,10 @@ impl<'a> Reader<'a> {
     }
 
     fn fixed<const N: usize>(&mut self, rows: usize) -> Result<Vec<[u8; N]>> {
-        let bytes = self.take(rows.checked_mul(N).ok_or_else(|| self.err("size overflow"))?)?;
+        let bytes = self.take(
+            rows.checked_mul(N)
+                .ok_or_else(|| self.err("size overflow"))?,
+        )?;
         Ok(bytes
             .chunks_exact(N)
             .map(|c| {
@@ -170,7 +178,9 @@ pub fn decode(buf: &[u8], schema: Option<&Schema>) -> Result<Vec<Batch>> {
     }
     let n = r.u16()? as usize;
     if n > UPDATE_BATCHES_MAX {
-        return Err(r.err(format!("{n} batches exceeds the bound {UPDATE_BATCHES_MAX}")));
+        return Err(r.err(format!(
+            "{n} batches exceeds the bound {UPDATE_BATCHES_MAX}"
+        )));
     }
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
@@ -208,7 +218,8 @@ fn decode_batch(r: &mut Reader<'_>, schema: Option<&Schema>) -> Result<Batch> {
     let mut columns = Vec::with_capacity(ncols);
     for ci in 0..ncols {
         let tag = r.u8()?;
-        let ty = ColumnType::from_tag(tag).ok_or_else(|| r.err(format!("unknown type tag {tag}")))?;
+        let ty =
+            ColumnType::from_tag(tag).ok_or_else(|| r.err(format!("unknown type tag {tag}")))?;
         if let Some(def) = def {
             if def.columns[ci].ty != ty {
                 return Err(r.err(format!(
@@ -223,23 +234,39 @@ fn decode_batch(r: &mut Reader<'_>, schema: Option<&Schema>) -> Result<Batch> {
             0 => None,
             1 => {
                 let bits = r.take(rows.div_ceil(8))?;
-                Some((0..rows).map(|i| bits[i / 8] & (1 << (i % 8)) != 0).collect())
+                Some(
+                    (0..rows)
+                        .map(|i| bits[i / 8] & (1 << (i % 8)) != 0)
+                        .collect(),
+                )
             }
             x => return Err(r.err(format!("bad validity flag {x}"))),
         };
         let data = match ty {
-            ColumnType::Timestamp => {
-                ColumnData::Timestamp(r.fixed::<8>(rows)?.into_iter().map(i64::from_le_bytes).collect())
-            }
-            ColumnType::I64 => {
-                ColumnData::I64(r.fixed::<8>(rows)?.into_iter().map(i64::from_le_bytes).collect())
-            }
-            ColumnType::F64 => {
-                ColumnData::F64(r.fixed::<8>(rows)?.into_iter().map(f64::from_le_bytes).collect())
-            }
-            ColumnType::I32 => {
-                ColumnData::I32(r.fixed::<4>(rows)?.into_iter().map(i32::from_le_bytes).collect())
-            }
+            ColumnType::Timestamp => ColumnData::Timestamp(
+                r.fixed::<8>(rows)?
+                    .into_iter()
+                    .map(i64::from_le_bytes)
+                    .collect(),
+            ),
+            ColumnType::I64 => ColumnData::I64(
+                r.fixed::<8>(rows)?
+                    .into_iter()
+                    .map(i64::from_le_bytes)
+                    .collect(),
+            ),
+            ColumnType::F64 => ColumnData::F64(
+                r.fixed::<8>(rows)?
+                    .into_iter()
+                    .map(f64::from_le_bytes)
+                    .collect(),
+            ),
+            ColumnType::I32 => ColumnData::I32(
+                r.fixed::<4>(rows)?
+                    .into_iter()
+                    .map(i32::from_le_bytes)
+                    .collect(),
+            ),
             ColumnType::Bool => {
                 let b = r.take(rows)?;
                 ColumnData::Bool(b.iter().map(|x| *x != 0).collect())
@@ -254,16 +281,22 @@ fn decode_batch(r: &mut Reader<'_>, schema: Option<&Schema>) -> Result<Batch> {
                     let len = r.u16()? as usize;
                     dict.push(r.utf8(len)?);
                 }
-                let keys: Vec<u32> =
-                    r.fixed::<4>(rows)?.into_iter().map(u32::from_le_bytes).collect();
+                let keys: Vec<u32> = r
+                    .fixed::<4>(rows)?
+                    .into_iter()
+                    .map(u32::from_le_bytes)
+                    .collect();
                 if let Some(bad) = keys.iter().find(|k| **k as usize >= n) {
                     return Err(r.err(format!("symbol key {bad} outside dictionary of {n}")));
                 }
                 ColumnData::Symbol { dict, keys }
             }
             ColumnType::Str | ColumnType::Bytes => {
-                let offsets: Vec<u32> =
-                    r.fixed::<4>(rows + 1)?.into_iter().map(u32::from_le_bytes).collect();
+                let offsets: Vec<u32> = r
+                    .fixed::<4>(rows + 1)?
+                    .into_iter()
+                    .map(u32::from_le_bytes)
+                    .collect();
                 if offsets[0] != 0 || offsets.windows(2).any(|w| w[0] > w[1]) {
                     return Err(r.err("string offsets not monotonic from 0"));
                 }

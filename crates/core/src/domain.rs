@@ -102,7 +102,9 @@ impl Domains {
 
     /// A zeroed region of `bytes` bytes in `domain`.
     pub fn alloc(&self, domain: Domain, bytes: usize) -> Result<Region> {
-        let bytes = bytes.max(REGION_ALIGN_BYTES).next_multiple_of(REGION_ALIGN_BYTES);
+        let bytes = bytes
+            .max(REGION_ALIGN_BYTES)
+            .next_multiple_of(REGION_ALIGN_BYTES);
         let backing = match domain {
             Domain::Dram => {
                 let layout = std::alloc::Layout::from_size_align(bytes, REGION_ALIGN_BYTES)
@@ -144,7 +146,9 @@ impl Domains {
                 Backing::File { map, path }
             }
         };
-        self.stats.counter(domain).fetch_add(bytes as u64, Ordering::Relaxed);
+        self.stats
+            .counter(domain)
+            .fetch_add(bytes as u64, Ordering::Relaxed);
         Ok(Region {
             backing,
             len: bytes,

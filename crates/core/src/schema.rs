@@ -94,7 +94,9 @@ impl ColumnType {
 pub enum TableKind {
     Append,
     /// Column indexes of the primary key, in key order.
-    Keyed { key: Vec<usize> },
+    Keyed {
+        key: Vec<usize>,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -164,9 +166,7 @@ struct ColumnFile {
 fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= NAME_BYTES_MAX
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
         && !name.starts_with(|c: char| c.is_ascii_digit())
 }
 
@@ -206,7 +206,10 @@ impl Schema {
             }
             let table_domain = match &t.domain {
                 Some(d) => Domain::parse(d).ok_or_else(|| {
-                    err(format!("table '{}': unknown domain '{d}' (dram or fsmem)", t.name))
+                    err(format!(
+                        "table '{}': unknown domain '{d}' (dram or fsmem)",
+                        t.name
+                    ))
                 })?,
                 None => Domain::Dram,
             };
@@ -296,7 +299,10 @@ impl Schema {
                     let mut key = Vec::new();
                     for k in &t.key {
                         let i = columns.iter().position(|c| &c.name == k).ok_or_else(|| {
-                            err(format!("table '{}': key column '{k}' is not defined", t.name))
+                            err(format!(
+                                "table '{}': key column '{k}' is not defined",
+                                t.name
+                            ))
                         })?;
                         if matches!(columns[i].ty, ColumnType::F64) {
                             return Err(err(format!(
@@ -418,9 +424,12 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("unknown type 'decimal'"), "{e}");
-        let e = Schema::parse("[[table]]\nname='t'\ncolumn=[{name='x',type='i64'}]", "f.toml")
-            .unwrap_err()
-            .to_string();
+        let e = Schema::parse(
+            "[[table]]\nname='t'\ncolumn=[{name='x',type='i64'}]",
+            "f.toml",
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("timestamp column"), "{e}");
     }
 
@@ -429,7 +438,12 @@ mod tests {
         let mut s = Schema::default_schema();
         s.place(&["trade".into(), "quote.bid".into()], Domain::Fsmem)
             .unwrap();
-        assert!(s.table("trade").unwrap().columns.iter().all(|c| c.domain == Domain::Fsmem));
+        assert!(s
+            .table("trade")
+            .unwrap()
+            .columns
+            .iter()
+            .all(|c| c.domain == Domain::Fsmem));
         let q = s.table("quote").unwrap();
         assert_eq!(q.columns[2].domain, Domain::Fsmem);
         assert_eq!(q.columns[3].domain, Domain::Dram);

@@ -44,7 +44,9 @@ fn appends_across_chunks_with_nulls_and_index() {
     let mut at = 0;
     while at < total {
         let n = 7_919.min(total - at);
-        store.apply(&trades(&schema, at, n, &["A", "B", "C"])).unwrap();
+        store
+            .apply(&trades(&schema, at, n, &["A", "B", "C"]))
+            .unwrap();
         at += n;
     }
     let (n, s) = sum_size(&store);
@@ -62,13 +64,21 @@ fn appends_across_chunks_with_nulls_and_index() {
         match &c.sym_index {
             Some(ix) => via_index += ix.rows(b_id).len(),
             None => {
-                let keys = c.batch.column(1).as_dictionary::<UInt32Type>().keys().clone();
+                let keys = c
+                    .batch
+                    .column(1)
+                    .as_dictionary::<UInt32Type>()
+                    .keys()
+                    .clone();
                 via_index += keys.values().iter().filter(|k| **k == b_id).count();
             }
         }
     }
     assert_eq!(via_index as i64, total / 3);
-    assert_eq!(nulls as i64, (0..total).filter(|i| i % 7 == 0).count() as i64);
+    assert_eq!(
+        nulls as i64,
+        (0..total).filter(|i| i % 7 == 0).count() as i64
+    );
 }
 
 #[test]
@@ -80,7 +90,9 @@ fn snapshot_is_a_consistent_cut_while_writing() {
         let schema = schema.clone();
         std::thread::spawn(move || {
             for k in 0..400 {
-                store.apply(&trades(&schema, k * 500, 500, &["X", "Y"])).unwrap();
+                store
+                    .apply(&trades(&schema, k * 500, 500, &["X", "Y"]))
+                    .unwrap();
             }
         })
     };
@@ -147,14 +159,20 @@ fn keyed_table_keeps_latest_row_per_key() {
 fn arrow_cast_sym(a: &dyn Array) -> Vec<String> {
     let d = a.as_dictionary::<UInt32Type>();
     let values = d.values().as_string::<i32>();
-    d.keys().values().iter().map(|k| values.value(*k as usize).to_string()).collect()
+    d.keys()
+        .values()
+        .iter()
+        .map(|k| values.value(*k as usize).to_string())
+        .collect()
 }
 
 #[test]
 fn fsmem_tables_use_file_backed_memory() {
     let dir = tempfile::tempdir().unwrap();
     let mut schema = Schema::default_schema();
-    schema.place(&["trade".into(), "quote.bid".into()], Domain::Fsmem).unwrap();
+    schema
+        .place(&["trade".into(), "quote.bid".into()], Domain::Fsmem)
+        .unwrap();
     let schema = Arc::new(schema);
     let store = Store::new(schema.clone(), Domains::new(Some(dir.path())).unwrap()).unwrap();
     store.apply(&trades(&schema, 0, 100_000, &["A"])).unwrap();
@@ -172,6 +190,8 @@ fn fsmem_tables_use_file_backed_memory() {
 fn fsmem_placement_without_dir_is_refused() {
     let mut schema = Schema::default_schema();
     schema.place(&["trade".into()], Domain::Fsmem).unwrap();
-    let e = Store::new(Arc::new(schema), Domains::new(None).unwrap()).err().unwrap();
+    let e = Store::new(Arc::new(schema), Domains::new(None).unwrap())
+        .err()
+        .unwrap();
     assert!(e.to_string().contains("--fsmem-dir"), "{e}");
 }

@@ -81,7 +81,12 @@ unsafe fn write_at(region: &Region, offset: usize, bytes: &[u8]) {
 }
 
 impl ActiveChunk {
-    pub fn new(def: &TableDef, domains: &Domains, capacity: usize, var_bytes: usize) -> Result<Self> {
+    pub fn new(
+        def: &TableDef,
+        domains: &Domains,
+        capacity: usize,
+        var_bytes: usize,
+    ) -> Result<Self> {
         let mut columns = Vec::with_capacity(def.columns.len());
         for c in &def.columns {
             let is_var = matches!(c.ty, ColumnType::Str | ColumnType::Bytes);
@@ -159,7 +164,8 @@ impl ActiveChunk {
             if self.regions.columns[ci].valid.is_none() {
                 if let Some(v) = &c.valid {
                     if v[from..from + n].iter().any(|x| !x) {
-                        let r = domains.alloc(self.regions.columns[ci].domain, self.regions.capacity)?;
+                        let r = domains
+                            .alloc(self.regions.columns[ci].domain, self.regions.capacity)?;
                         // SAFETY: fresh region, not yet visible to readers.
                         unsafe { write_at(&r, 0, &vec![1u8; at]) };
                         new_valid.push((ci, r));
@@ -269,8 +275,7 @@ impl ActiveChunk {
         domains: &Domains,
     ) -> Result<super::snapshot::ChunkSnapshot> {
         let view = self.view();
-        let columns: Vec<ArrayRef> =
-            super::snapshot::arrays_for(&view, dict, Some(domains))?;
+        let columns: Vec<ArrayRef> = super::snapshot::arrays_for(&view, dict, Some(domains))?;
         let batch = RecordBatch::try_new(schema.clone(), columns)
             .map_err(|e| crate::error::CoreError::Domain(format!("sealing chunk: {e}")))?;
         let sym_index = sym_column.map(|c| {

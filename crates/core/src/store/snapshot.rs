@@ -172,7 +172,9 @@ pub(crate) fn arrays_for(
                 // SAFETY: every id written was interned in this table's
                 // dictionary before it was written, and the dictionary only
                 // grows, so each key is < dict.len().
-                Arc::new(unsafe { DictionaryArray::<UInt32Type>::new_unchecked(keys, dict.clone()) })
+                Arc::new(unsafe {
+                    DictionaryArray::<UInt32Type>::new_unchecked(keys, dict.clone())
+                })
             }
             ColumnType::Str | ColumnType::Bytes => {
                 let offsets: ScalarBuffer<i32> =

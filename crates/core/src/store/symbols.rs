@@ -32,7 +32,9 @@ impl SymbolDict {
         if let Some(v) = &self.values {
             return v.clone();
         }
-        let v = Arc::new(StringArray::from_iter_values(self.names.iter().map(|s| &**s)));
+        let v = Arc::new(StringArray::from_iter_values(
+            self.names.iter().map(|s| &**s),
+        ));
         self.values = Some(v.clone());
         v
     }

@@ -122,10 +122,17 @@ impl TableStore {
         }
         for (c, d) in batch.columns.iter().zip(&self.def.columns) {
             if c.data.ty() != d.ty {
-                return Err(bad(&d.name, format!("is {}, batch has {}", d.ty.name(), c.data.ty().name())));
+                return Err(bad(
+                    &d.name,
+                    format!("is {}, batch has {}", d.ty.name(), c.data.ty().name()),
+                ));
             }
-            if c.data.len() != batch.rows || c.valid.as_ref().is_some_and(|v| v.len() != batch.rows) {
-                return Err(bad(&d.name, format!("length differs from {} rows", batch.rows)));
+            if c.data.len() != batch.rows || c.valid.as_ref().is_some_and(|v| v.len() != batch.rows)
+            {
+                return Err(bad(
+                    &d.name,
+                    format!("length differs from {} rows", batch.rows),
+                ));
             }
         }
         Ok(())
@@ -164,7 +171,14 @@ impl TableStore {
                 continue;
             }
             let active = w.active.as_mut().expect("chunk exists");
-            active.append(batch, from, n, &sym_ids, self.def.time_column, &self.domains)?;
+            active.append(
+                batch,
+                from,
+                n,
+                &sym_ids,
+                self.def.time_column,
+                &self.domains,
+            )?;
             from += n;
             if active.room() == 0 {
                 self.seal(w)?;
@@ -181,7 +195,12 @@ impl TableStore {
         w.next_capacity = (capacity * 2).min(CHUNK_ROWS_MAX);
         let one_row = ActiveChunk::var_bytes_needed(batch, from, from + 1);
         let var_bytes = (capacity * VAR_BYTES_PER_ROW).max(one_row * 2);
-        w.active = Some(ActiveChunk::new(&self.def, &self.domains, capacity, var_bytes)?);
+        w.active = Some(ActiveChunk::new(
+            &self.def,
+            &self.domains,
+            capacity,
+            var_bytes,
+        )?);
         Ok(())
     }
 
@@ -190,7 +209,12 @@ impl TableStore {
             if active.len == 0 {
                 return Ok(());
             }
-            let sealed = active.seal(&self.schema, w.dict.values(), self.def.sym_column, &self.domains)?;
+            let sealed = active.seal(
+                &self.schema,
+                w.dict.values(),
+                self.def.sym_column,
+                &self.domains,
+            )?;
             Arc::make_mut(&mut w.sealed).push(sealed);
         }
         Ok(())
@@ -265,13 +289,24 @@ fn key_bytes(array: &dyn Array, row: usize, out: &mut Vec<u8>) {
     out.push(1);
     match array.data_type() {
         DataType::Timestamp(_, _) => out.extend_from_slice(
-            &array.as_primitive::<TimestampNanosecondType>().value(row).to_le_bytes(),
+            &array
+                .as_primitive::<TimestampNanosecondType>()
+                .value(row)
+                .to_le_bytes(),
         ),
-        DataType::Int64 => out.extend_from_slice(&array.as_primitive::<Int64Type>().value(row).to_le_bytes()),
-        DataType::Int32 => out.extend_from_slice(&array.as_primitive::<Int32Type>().value(row).to_le_bytes()),
+        DataType::Int64 => {
+            out.extend_from_slice(&array.as_primitive::<Int64Type>().value(row).to_le_bytes())
+        }
+        DataType::Int32 => {
+            out.extend_from_slice(&array.as_primitive::<Int32Type>().value(row).to_le_bytes())
+        }
         DataType::Boolean => out.push(array.as_boolean().value(row) as u8),
         DataType::Dictionary(_, _) => out.extend_from_slice(
-            &array.as_dictionary::<UInt32Type>().keys().value(row).to_le_bytes(),
+            &array
+                .as_dictionary::<UInt32Type>()
+                .keys()
+                .value(row)
+                .to_le_bytes(),
         ),
         DataType::Utf8 => {
             let s = array.as_string::<i32>().value(row);
@@ -301,7 +336,11 @@ fn latest_per_key(raw: TableSnapshot, key: &[usize]) -> Result<TableSnapshot> {
             last.insert(buf.clone(), (ci, row));
         }
     }
-    let mut keep: Vec<Vec<bool>> = raw.chunks.iter().map(|c| vec![false; c.batch.num_rows()]).collect();
+    let mut keep: Vec<Vec<bool>> = raw
+        .chunks
+        .iter()
+        .map(|c| vec![false; c.batch.num_rows()])
+        .collect();
     for (ci, row) in last.values() {
         keep[*ci][*row] = true;
     }
