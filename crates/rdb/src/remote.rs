@@ -1,0 +1,159 @@
+//! Following a tp over the network. `link` subscribes from a sequence and
+//! returns the tp's current sequence S and schema; `follow` applies the
+//! catch-up records (≤ S) and then live updates, and after any break
+//! (network, tp restart, being cut off as too slow) re-subscribes from the
+//! last applied sequence + 1. The journal fills whatever was missed.
+
+use crate::error::RdbError;
+use crate::rdb::Rdb;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tickdb_net::proto::{read_message, write_message, Message};
+use tokio::io::BufReader;
+use tokio::net::TcpStream;
+
+/// Wait between reconnect attempts, doubling up to the max.
+pub const RECONNECT_DELAY_MS_MIN: u64 = 50;
+pub const RECONNECT_DELAY_MS_MAX: u64 = 2000;
+/// How often replay progress is logged.
+pub const PROGRESS_EVERY: Duration = Duration::from_secs(2);
+
+pub struct TpLink {
+    pub addr: String,
+    pub current_seq: u64,
+    pub schema_toml: String,
+    from_seq: u64,
+    stream: BufReader<TcpStream>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Interest {
+    pub tables: Vec<String>,
+    pub symbols: Vec<String>,
+}
+
+/// Connects and subscribes from `from_seq`.
+pub async fn link(addr: &str, from_seq: u64, interest: &Interest) -> Result<TpLink, RdbError> {
+    let err = |reason: String| RdbError::Link {
+        addr: addr.to_string(),
+        reason,
+    };
+    let sock = TcpStream::connect(addr)
+        .await
+        .map_err(|e| err(e.to_string()))?;
+    let _ = sock.set_nodelay(true);
+    let mut stream = BufReader::with_capacity(1 << 20, sock);
+    write_message(
+        stream.get_mut(),
+        &Message::Subscribe {
+            from_seq,
+            tables: interest.tables.clone(),
+            symbols: interest.symbols.clone(),
+        },
+    )
+    .await
+    .map_err(|e| err(e.to_string()))?;
+    match read_message(&mut stream)
+        .await
+        .map_err(|e| err(e.to_string()))?
+    {
+        Some(Message::SubscribeOk {
+            current_seq,
+            schema_toml,
+        }) => Ok(TpLink {
+            addr: addr.to_string(),
+            current_seq,
+            schema_toml,
+            from_seq,
+            stream,
+        }),
+        Some(Message::Error { message }) => Err(err(message)),
+        Some(other) => Err(err(format!("expected SubscribeOk, got {other:?}"))),
+        None => Err(err("closed the connection".into())),
+    }
+}
+
+/// Applies everything a link delivers until it breaks.
+async fn drain(rdb: &Rdb, mut l: TpLink) -> Result<(), RdbError> {
+    let err = |reason: String| RdbError::Link {
+        addr: l.addr.clone(),
+        reason,
+    };
+    rdb.note_tp_seq(l.current_seq);
+    let backlog = l.current_seq.saturating_sub(l.from_seq.saturating_sub(1));
+    if backlog > 0 {
+        tracing::info!(
+            "replaying {backlog} journal records {}..={} from the tp",
+            l.from_seq,
+            l.current_seq
+        );
+    }
+    let started = Instant::now();
+    let mut last_log = Instant::now();
+    let mut replay_done = backlog == 0;
+    loop {
+        let msg = read_message(&mut l.stream)
+            .await
+            .map_err(|e| err(e.to_string()))?;
+        match msg {
+            Some(Message::Update { seq, payload }) => {
+                rdb.apply_payload(seq, &payload)?;
+                if !replay_done {
+                    if seq >= l.current_seq {
+                        replay_done = true;
+                        tracing::info!(
+                            "replay done: {backlog} records in {:.2}s; now live from {}",
+                            started.elapsed().as_secs_f64(),
+                            l.current_seq + 1
+                        );
+                    } else if last_log.elapsed() >= PROGRESS_EVERY {
+                        last_log = Instant::now();
+                        tracing::info!("replaying: {}/{} records", seq + 1 - l.from_seq, backlog);
+                    }
+                }
+            }
+            Some(Message::Heartbeat { current_seq }) => rdb.note_tp_seq(current_seq),
+            Some(Message::Error { message }) => return Err(err(message)),
+            Some(other) => return Err(err(format!("unexpected message {other:?}"))),
+            None => return Err(err("closed the connection".into())),
+        }
+    }
+}
+
+/// Follows the tp forever, starting with an established link if given.
+/// Returns only on an error that reconnecting cannot fix (an update that
+/// does not fit the schema).
+pub async fn follow(
+    rdb: Arc<Rdb>,
+    addr: String,
+    interest: Interest,
+    first: Option<TpLink>,
+) -> RdbError {
+    let mut next = first;
+    let mut delay = RECONNECT_DELAY_MS_MIN;
+    loop {
+        let l = match next.take() {
+            Some(l) => l,
+            None => match link(&addr, rdb.applied_seq() + 1, &interest).await {
+                Ok(l) => {
+                    tracing::info!("subscribed to tp {addr} from seq {}", rdb.applied_seq() + 1);
+                    delay = RECONNECT_DELAY_MS_MIN;
+                    l
+                }
+                Err(e) => {
+                    tracing::warn!("{e}; retrying in {delay} ms");
+                    tokio::time::sleep(Duration::from_millis(delay)).await;
+                    delay = (delay * 2).min(RECONNECT_DELAY_MS_MAX);
+                    continue;
+                }
+            },
+        };
+        match drain(&rdb, l).await {
+            Err(e @ RdbError::Apply { .. }) | Err(e @ RdbError::Corrupt { .. }) => return e,
+            Err(e) => {
+                tracing::warn!("{e}; re-subscribing from seq {}", rdb.applied_seq() + 1);
+            }
+            Ok(()) => {}
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! Command-line flags shared by the roles. Every port takes `PORT` or
+//! `rp,PORT` (SO_REUSEPORT: several processes share the port) and binds
+//! `--bind` (127.0.0.1 unless told otherwise).
+
+use clap::Args;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use tickdb_net::ListenSpec;
+
+fn listen_spec(s: &str) -> Result<ListenSpec, String> {
+    ListenSpec::parse(s).map_err(|e| e.to_string())
+}
+
+/// How the journal is made durable before a write is acknowledged.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FsyncArg {
+    /// Acknowledge after the fdatasync that covers the rows (group commit):
+    /// an acknowledged row survives power loss.
+    Always,
+    /// Acknowledge after write(); fdatasync every --fsync-interval-ms. An
+    /// acknowledged row survives a tp crash; power loss may lose the last
+    /// interval.
+    Interval,
+    /// Acknowledge after write(); never fdatasync (the OS flushes when it
+    /// likes). Survives a tp crash, not an OS crash or power loss.
+    Never,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct NetArgs {
+    /// Address every listener binds.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub bind: IpAddr,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct SchemaArgs {
+    /// Schema file (TOML, see docs/schema.md). Default: the built-in
+    /// trade and quote tables.
+    #[arg(long)]
+    pub schema: Option<PathBuf>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct TpArgs {
+    /// Data directory; the journal lives in DIR/journal.
+    #[arg(long, default_value = "./tickdb-data")]
+    pub data_dir: PathBuf,
+    /// ILP over TCP (InfluxDB line protocol, as QuestDB's 9009).
+    #[arg(long, default_value = "8709", value_parser = listen_spec)]
+    pub ilp_port: ListenSpec,
+    /// Subscription port: remote rdbs and the aggregation engine connect here.
+    #[arg(long, default_value = "8710", value_parser = listen_spec)]
+    pub tp_port: ListenSpec,
+    /// When a write is acknowledged; see docs/journal.md.
+    #[arg(long, value_enum, default_value = "always")]
+    pub fsync: FsyncArg,
+    /// fdatasync period under --fsync interval.
+    #[arg(long, default_value_t = 100)]
+    pub fsync_interval_ms: u64,
+    /// 0 publishes each update to subscribers as soon as it is journaled
+    /// (zero-latency); N>0 publishes in batches every N ms (kdb+ tp timer).
+    #[arg(long, default_value_t = 0)]
+    pub publish_interval_ms: u64,
+    /// Journal segment size bound in bytes; segments also roll at midnight UTC.
+    #[arg(long, default_value_t = 64 * 1024 * 1024)]
+    pub segment_bytes_max: u64,
+    /// Longest ILP line accepted, in bytes.
+    #[arg(long, default_value_t = tickdb_tp::ingest::LINE_BYTES_MAX)]
+    pub line_bytes_max: usize,
+    /// Largest HTTP write request body accepted, in bytes.
+    #[arg(long, default_value_t = tickdb_tp::ingest::REQUEST_BYTES_MAX)]
+    pub request_bytes_max: usize,
+    /// Bytes queued for one subscriber before it is cut off as too slow.
+    #[arg(long, default_value_t = tickdb_tp::hub::SUB_QUEUE_BYTES_MAX)]
+    pub sub_queue_bytes_max: usize,
+    /// Start even if the journal has corruption followed by valid records,
+    /// a missing segment or a sequence gap: keep the longest consistent
+    /// prefix and report what was dropped (moved aside, not deleted).
+    #[arg(long)]
+    pub recover_point_in_time: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct MemArgs {
+    /// Directory for file-backed memory (a DAX/PMEM mount in production).
+    /// Needed when any column is placed in fsmem.
+    #[arg(long)]
+    pub fsmem_dir: Option<PathBuf>,
+    /// Place a table or one column in fsmem, like kdb+'s `.m` namespace:
+    /// `--fsmem quote` or `--fsmem quote.bsize`. Repeatable.
+    #[arg(long)]
+    pub fsmem: Vec<String>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct QueryArgs {
+    /// A query running longer than this is stopped with an error.
+    #[arg(long, default_value_t = 30_000)]
+    pub query_timeout_ms: u64,
+    /// Memory one query may use for sorts, joins and aggregates, in bytes.
+    #[arg(long, default_value_t = 1 << 30)]
+    pub query_memory_bytes: usize,
+}

@@ -1,0 +1,78 @@
+//! The rdb inside `tickdb up`: it subscribes to the in-process tp (no
+//! network hop), replays the journal up to the tp's sequence at
+//! subscription, then applies live updates. If it is ever cut off as too
+//! slow it subscribes again from its last applied sequence.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+use tickdb_rdb::Rdb;
+use tickdb_tp::{SubFilter, Tickerplant};
+
+/// Applies journal records and live updates forever (until the tp stops).
+pub fn run(tp: Arc<Tickerplant>, rdb: Arc<Rdb>, ready: Arc<AtomicBool>) {
+    loop {
+        let from = rdb.applied_seq() + 1;
+        let sub = match tp.subscribe("rdb(embedded)", SubFilter::default(), from) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!("embedded rdb cannot subscribe: {e}");
+                return;
+            }
+        };
+        rdb.note_tp_seq(sub.current_seq);
+        if let Some(reader) = sub.catchup {
+            let total = sub.current_seq + 1 - from;
+            let started = Instant::now();
+            let mut last_log = Instant::now();
+            tracing::info!("replaying journal records {from}..={}", sub.current_seq);
+            for rec in reader {
+                let rec = match rec {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::error!("journal replay failed: {e}");
+                        tp.unsubscribe(sub.queue.id());
+                        return;
+                    }
+                };
+                if let Err(e) = rdb.apply_payload(rec.seq, &rec.payload) {
+                    tracing::error!("journal replay: {e}");
+                    tp.unsubscribe(sub.queue.id());
+                    return;
+                }
+                if last_log.elapsed().as_secs() >= 2 {
+                    last_log = Instant::now();
+                    tracing::info!("replaying: {}/{total} records", rec.seq + 1 - from);
+                }
+            }
+            tracing::info!(
+                "replayed {total} records in {:.2}s",
+                started.elapsed().as_secs_f64()
+            );
+        }
+        ready.store(true, Ordering::Release);
+        'live: loop {
+            match sub.queue.next_blocking() {
+                Ok(updates) => {
+                    for u in updates {
+                        if let Err(e) = rdb.apply(u.seq, &u.batches) {
+                            tracing::warn!("embedded rdb: {e}; re-subscribing");
+                            break 'live;
+                        }
+                    }
+                }
+                Err(reason) => {
+                    if reason.contains("stopped") {
+                        return;
+                    }
+                    tracing::warn!(
+                        "embedded rdb: {reason}; re-subscribing from {}",
+                        rdb.applied_seq() + 1
+                    );
+                    break 'live;
+                }
+            }
+        }
+        tp.unsubscribe(sub.queue.id());
+    }
+}

@@ -1,0 +1,325 @@
+//! The HTTP port. A tp serves writes (`/write`, `/api/v2/write`, and
+//! `/settings` for the QuestDB client); an rdb serves queries (`/exec`);
+//! both serve `/health`, `/status` and Prometheus `/metrics`. `tickdb up`
+//! serves all of them on one port.
+
+use axum::body::Body;
+use axum::extract::{Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde::Deserialize;
+use serde_json::json;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use tickdb_ilp::Precision;
+use tickdb_query::{QueryEngine, QueryError};
+use tickdb_rdb::Rdb;
+use tickdb_tp::{Tickerplant, TpError};
+
+#[derive(Clone)]
+pub struct AppState {
+    pub tp: Option<Arc<Tickerplant>>,
+    pub rdb: Option<Arc<Rdb>>,
+    pub query: Option<QueryEngine>,
+    /// False while the rdb replays at start; `/health` answers 503 until then.
+    pub ready: Arc<AtomicBool>,
+}
+
+pub fn router(state: AppState) -> Router {
+    let mut r = Router::new()
+        .route("/health", get(health))
+        .route("/status", get(status))
+        .route("/metrics", get(metrics));
+    if state.tp.is_some() {
+        r = r
+            .route("/write", post(write))
+            .route("/api/v2/write", post(write))
+            .route("/settings", get(settings));
+    }
+    if state.query.is_some() {
+        r = r.route("/exec", get(exec).post(exec));
+    }
+    r.with_state(state)
+}
+
+fn json_error(
+    status: StatusCode,
+    code: &str,
+    message: String,
+    extra: serde_json::Value,
+) -> Response {
+    let mut body = json!({ "code": code, "message": message });
+    if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            b.insert(k.clone(), v.clone());
+        }
+    }
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+async fn health(State(s): State<AppState>) -> Response {
+    if s.ready.load(Ordering::Acquire) {
+        (StatusCode::OK, "ok\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "replaying the journal\n").into_response()
+    }
+}
+
+#[derive(Deserialize)]
+struct WriteParams {
+    precision: Option<String>,
+}
+
+/// ILP over HTTP. Answers 204 only once every row of the request is
+/// journaled under the fsync policy; any bad line rejects the whole request
+/// (400, JSON naming the line) and nothing of it is applied.
+async fn write(State(s): State<AppState>, Query(p): Query<WriteParams>, body: Body) -> Response {
+    let Some(tp) = s.tp.as_ref() else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let limit = tp.config().request_bytes_max;
+    let precision = match p.precision.as_deref() {
+        None => Precision::Nanos,
+        Some(x) => match Precision::parse(x) {
+            Some(p) => p,
+            None => {
+                return json_error(
+                    StatusCode::BAD_REQUEST,
+                    "invalid",
+                    format!("unknown precision '{x}' (n, u, ms or s)"),
+                    json!({}),
+                )
+            }
+        },
+    };
+    let bytes = match axum::body::to_bytes(body, limit).await {
+        Ok(b) => b,
+        Err(_) => {
+            return json_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request too large",
+                format!("request body is over the bound of {limit} bytes (--request-bytes-max); split it into smaller requests"),
+                json!({}),
+            )
+        }
+    };
+    let schema = tp.schema().clone();
+    let line_max = tp.config().line_bytes_max;
+    // Parsing 10k-line requests is CPU work: keep it off the I/O threads.
+    let parsed = tokio::task::spawn_blocking(move || {
+        tickdb_tp::ingest::parse_request(&schema, &bytes, precision, line_max)
+    })
+    .await;
+    let batches = match parsed {
+        Ok(Ok(b)) => b,
+        Ok(Err(e)) => return tp_error(e),
+        Err(e) => {
+            return json_error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal error",
+                e.to_string(),
+                json!({}),
+            )
+        }
+    };
+    if batches.iter().all(|b| b.rows == 0) {
+        return StatusCode::NO_CONTENT.into_response();
+    }
+    match tp.write(batches).await {
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => tp_error(e),
+    }
+}
+
+fn tp_error(e: TpError) -> Response {
+    match &e {
+        TpError::BadLine { line, .. } => json_error(
+            StatusCode::BAD_REQUEST,
+            "invalid",
+            e.to_string(),
+            json!({ "line": line }),
+        ),
+        TpError::BadInput(_) => {
+            json_error(StatusCode::BAD_REQUEST, "invalid", e.to_string(), json!({}))
+        }
+        TpError::TooLarge(_) => json_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request too large",
+            e.to_string(),
+            json!({}),
+        ),
+        TpError::Journal(_) | TpError::Shutdown | TpError::Io(_) => json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "internal error",
+            e.to_string(),
+            json!({}),
+        ),
+    }
+}
+
+/// What the QuestDB client asks before writing over HTTP: we speak ILP
+/// protocol version 1 (text) only.
+async fn settings() -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        json!({ "config": { "line.proto.support.versions": [1] } }).to_string(),
+    )
+        .into_response()
+}
+
+async fn status(State(s): State<AppState>) -> Response {
+    let mut body = json!({});
+    if let Some(rdb) = &s.rdb {
+        body = serde_json::to_value(rdb.status()).unwrap_or_default();
+    }
+    if let Some(tp) = &s.tp {
+        let tp_status = serde_json::to_value(tp.status()).unwrap_or_default();
+        match s.rdb {
+            Some(_) => body["tp"] = tp_status,
+            None => body = tp_status,
+        }
+    }
+    body["ready"] = json!(s.ready.load(Ordering::Acquire));
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+async fn metrics(State(s): State<AppState>) -> Response {
+    let mut out = String::new();
+    if let Some(tp) = &s.tp {
+        let st = tp.status();
+        let _ = writeln!(out, "# TYPE tickdb_tp_seq gauge\ntickdb_tp_seq {}", st.seq);
+        let _ = writeln!(
+            out,
+            "# TYPE tickdb_tp_synced_seq gauge\ntickdb_tp_synced_seq {}",
+            st.synced_seq
+        );
+        let _ = writeln!(
+            out,
+            "# TYPE tickdb_tp_rows_total counter\ntickdb_tp_rows_total {}",
+            st.rows
+        );
+        let _ = writeln!(
+            out,
+            "# TYPE tickdb_tp_updates_total counter\ntickdb_tp_updates_total {}",
+            st.updates
+        );
+        let _ = writeln!(
+            out,
+            "# TYPE tickdb_tp_journal_bytes_total counter\ntickdb_tp_journal_bytes_total {}",
+            st.bytes
+        );
+        let _ = writeln!(
+            out,
+            "# TYPE tickdb_tp_commits_total counter\ntickdb_tp_commits_total {}",
+            st.commits
+        );
+        let _ = writeln!(
+            out,
+            "# TYPE tickdb_tp_poisoned gauge\ntickdb_tp_poisoned {}",
+            st.poisoned.is_some() as u8
+        );
+        let _ = writeln!(
+            out,
+            "# TYPE tickdb_tp_subscribers gauge\ntickdb_tp_subscribers {}",
+            st.subscribers.len()
+        );
+    }
+    if let Some(rdb) = &s.rdb {
+        let st = rdb.status();
+        let _ = writeln!(
+            out,
+            "# TYPE tickdb_rdb_seq gauge\ntickdb_rdb_seq {}",
+            st.seq
+        );
+        let _ = writeln!(out, "# TYPE tickdb_rdb_rows gauge");
+        for (t, ts) in &st.tables {
+            let _ = writeln!(out, "tickdb_rdb_rows{{table=\"{t}\"}} {}", ts.rows);
+        }
+        let _ = writeln!(out, "# TYPE tickdb_memory_bytes gauge");
+        let _ = writeln!(
+            out,
+            "tickdb_memory_bytes{{domain=\"dram\"}} {}",
+            st.memory.dram
+        );
+        let _ = writeln!(
+            out,
+            "tickdb_memory_bytes{{domain=\"fsmem\"}} {}",
+            st.memory.fsmem
+        );
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+}
+
+#[derive(Deserialize)]
+struct ExecParams {
+    query: Option<String>,
+    format: Option<String>,
+}
+
+/// SQL over HTTP: JSON (QuestDB-like), `format=csv`, or `format=arrow`
+/// (an Arrow IPC stream).
+async fn exec(State(s): State<AppState>, Query(p): Query<ExecParams>) -> Response {
+    let Some(engine) = s.query.as_ref() else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let Some(sql) = p.query.filter(|q| !q.trim().is_empty()) else {
+        return json_error(
+            StatusCode::BAD_REQUEST,
+            "invalid",
+            "missing query: GET /exec?query=SELECT...".into(),
+            json!({}),
+        );
+    };
+    let format = p.format.as_deref().unwrap_or("json").to_ascii_lowercase();
+    if !matches!(format.as_str(), "json" | "csv" | "arrow") {
+        return json_error(
+            StatusCode::BAD_REQUEST,
+            "invalid",
+            format!("unknown format '{format}' (json, csv or arrow)"),
+            json!({}),
+        );
+    }
+    let result = match engine.query(&sql).await {
+        Ok(r) => r,
+        Err(e) => return query_error(&sql, e),
+    };
+    match format.as_str() {
+        "csv" => (
+            [(header::CONTENT_TYPE, "text/csv")],
+            tickdb_query::encode::csv(&result),
+        )
+            .into_response(),
+        "arrow" => (
+            [(header::CONTENT_TYPE, "application/vnd.apache.arrow.stream")],
+            tickdb_query::encode::arrow_ipc(&result),
+        )
+            .into_response(),
+        _ => {
+            let mut v = tickdb_query::encode::json(&result);
+            v["query"] = json!(sql);
+            ([(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response()
+        }
+    }
+}
+
+fn query_error(sql: &str, e: QueryError) -> Response {
+    let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
+    let mut extra = json!({ "query": sql });
+    if let Some((line, col)) = e.position() {
+        extra["line"] = json!(line);
+        extra["position"] = json!(col);
+    }
+    json_error(status, e.kind(), e.to_string(), extra)
+}

@@ -1,0 +1,336 @@
+//! Starting each role: bind every listener first (so a port conflict fails
+//! start-up at once with one clear line), open the journal, start the
+//! servers, and stop cleanly on SIGINT/SIGTERM (final journal sync).
+
+use crate::cli::{FsyncArg, MemArgs, NetArgs, QueryArgs, SchemaArgs, TpArgs};
+use crate::http::{self, AppState};
+use clap::Args;
+use std::net::IpAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tickdb_core::domain::{Domain, Domains};
+use tickdb_core::store::Store;
+use tickdb_core::Schema;
+use tickdb_journal::{FsyncPolicy, RecoveryMode};
+use tickdb_net::ListenSpec;
+use tickdb_query::{QueryEngine, QueryOptions};
+use tickdb_rdb::remote::{self, Interest};
+use tickdb_rdb::Rdb;
+use tickdb_tp::{Tickerplant, TpConfig};
+use tokio::net::TcpListener;
+
+#[derive(Args, Debug)]
+pub struct UpArgs {
+    #[command(flatten)]
+    pub net: NetArgs,
+    /// HTTP: /write (ILP), /exec (SQL), /status, /metrics, /health.
+    #[arg(long, default_value = "8700", value_parser = |s: &str| ListenSpec::parse(s).map_err(|e| e.to_string()))]
+    pub http_port: ListenSpec,
+    #[command(flatten)]
+    pub tp: TpArgs,
+    #[command(flatten)]
+    pub schema: SchemaArgs,
+    #[command(flatten)]
+    pub mem: MemArgs,
+    #[command(flatten)]
+    pub query: QueryArgs,
+    /// Run a built-in simulated feed at RATE updates/s (trades and quotes
+    /// 1:10, random-walk prices), so data flows at once.
+    #[arg(long, value_name = "RATE")]
+    pub demo_feed: Option<u64>,
+}
+
+#[derive(Args, Debug)]
+pub struct TpOnlyArgs {
+    #[command(flatten)]
+    pub net: NetArgs,
+    /// HTTP: /write (ILP), /settings, /status, /metrics, /health.
+    #[arg(long, default_value = "8700", value_parser = |s: &str| ListenSpec::parse(s).map_err(|e| e.to_string()))]
+    pub http_port: ListenSpec,
+    #[command(flatten)]
+    pub tp: TpArgs,
+    #[command(flatten)]
+    pub schema: SchemaArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct RdbArgs {
+    /// The tp's subscription address (its --tp-port).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub tp: String,
+    #[command(flatten)]
+    pub net: NetArgs,
+    /// HTTP: /exec (SQL), /status, /metrics, /health. Use rp,PORT to let
+    /// several rdbs share one query port.
+    #[arg(long, default_value = "8701", value_parser = |s: &str| ListenSpec::parse(s).map_err(|e| e.to_string()))]
+    pub http_port: ListenSpec,
+    /// Subscribe to these tables only (repeatable; default all).
+    #[arg(long = "table")]
+    pub tables: Vec<String>,
+    /// Subscribe to these symbols only (repeatable; default all).
+    #[arg(long = "symbol")]
+    pub symbols: Vec<String>,
+    #[command(flatten)]
+    pub mem: MemArgs,
+    #[command(flatten)]
+    pub query: QueryArgs,
+}
+
+async fn bind(ip: IpAddr, spec: &ListenSpec, what: &str) -> Result<TcpListener, String> {
+    let std_listener = tickdb_net::bind_tcp(ip, spec, what).map_err(|e| e.to_string())?;
+    TcpListener::from_std(std_listener).map_err(|e| format!("{what} listener: {e}"))
+}
+
+fn load_schema(args: &SchemaArgs) -> Result<(Schema, String), String> {
+    match &args.schema {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .map_err(|e| format!("cannot read schema file {}: {e}", p.display()))?;
+            let schema =
+                Schema::parse(&text, &p.display().to_string()).map_err(|e| e.to_string())?;
+            Ok((schema, text))
+        }
+        None => Ok((
+            Schema::default_schema(),
+            tickdb_core::schema::DEFAULT_SCHEMA_TOML.to_string(),
+        )),
+    }
+}
+
+fn tp_config(a: &TpArgs, schema: Arc<Schema>, schema_toml: String) -> TpConfig {
+    TpConfig {
+        journal_dir: a.data_dir.join("journal"),
+        schema,
+        schema_toml,
+        fsync: match a.fsync {
+            FsyncArg::Always => FsyncPolicy::Always,
+            FsyncArg::Interval => FsyncPolicy::IntervalMs(a.fsync_interval_ms.max(1)),
+            FsyncArg::Never => FsyncPolicy::Never,
+        },
+        recovery: if a.recover_point_in_time {
+            RecoveryMode::PointInTime
+        } else {
+            RecoveryMode::Strict
+        },
+        segment_bytes_max: a.segment_bytes_max,
+        publish_interval_ms: a.publish_interval_ms,
+        line_bytes_max: a.line_bytes_max,
+        request_bytes_max: a.request_bytes_max,
+        sub_queue_bytes_max: a.sub_queue_bytes_max,
+    }
+}
+
+/// Checks the data directory is usable before anything else happens there.
+fn check_data_dir(dir: &Path) -> Result<(), String> {
+    let journal = dir.join("journal");
+    std::fs::create_dir_all(&journal)
+        .map_err(|e| format!("journal directory {} is not usable: {e}", journal.display()))?;
+    let probe = journal.join(".write-probe");
+    std::fs::write(&probe, b"probe").map_err(|e| {
+        format!(
+            "journal directory {} is not writable: {e}",
+            journal.display()
+        )
+    })?;
+    let _ = std::fs::remove_file(probe);
+    Ok(())
+}
+
+fn open_tp(
+    a: &TpArgs,
+    schema: Arc<Schema>,
+    schema_toml: String,
+) -> Result<Arc<Tickerplant>, String> {
+    check_data_dir(&a.data_dir)?;
+    let (tp, report) =
+        Tickerplant::open(tp_config(a, schema, schema_toml)).map_err(|e| e.to_string())?;
+    tracing::info!("journal {}: {report}", a.data_dir.join("journal").display());
+    Ok(tp)
+}
+
+fn make_store(schema: &Schema, mem: &MemArgs) -> Result<Arc<Store>, String> {
+    let mut schema = schema.clone();
+    schema
+        .place(&mem.fsmem, Domain::Fsmem)
+        .map_err(|e| format!("--fsmem: {e}"))?;
+    let domains = Domains::new(mem.fsmem_dir.as_deref()).map_err(|e| e.to_string())?;
+    Store::new(Arc::new(schema), domains)
+        .map(Arc::new)
+        .map_err(|e| e.to_string())
+}
+
+fn query_engine(store: Arc<Store>, q: &QueryArgs) -> Result<QueryEngine, String> {
+    QueryEngine::new(
+        store,
+        QueryOptions {
+            timeout: Duration::from_millis(q.query_timeout_ms),
+            memory_limit_bytes: q.query_memory_bytes,
+            ..QueryOptions::default()
+        },
+    )
+    .map_err(|e| e.to_string())
+}
+
+async fn serve_http(listener: TcpListener, state: AppState) {
+    if let Err(e) = axum::serve(listener, http::router(state)).await {
+        tracing::error!("HTTP server stopped: {e}");
+    }
+}
+
+async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+pub async fn up(a: UpArgs) -> Result<(), String> {
+    let (schema, toml) = load_schema(&a.schema)?;
+    let http_l = bind(a.net.bind, &a.http_port, "HTTP").await?;
+    let ilp_l = bind(a.net.bind, &a.tp.ilp_port, "ILP TCP").await?;
+    let sub_l = bind(a.net.bind, &a.tp.tp_port, "tp subscriptions").await?;
+    let store = make_store(&schema, &a.mem)?;
+    let tp = open_tp(&a.tp, Arc::new(schema), toml)?;
+    let rdb = Rdb::new(store.clone());
+    let engine = query_engine(store, &a.query)?;
+    let ready = Arc::new(AtomicBool::new(false));
+    let rdb_thread = {
+        let (tp, rdb, ready) = (tp.clone(), rdb.clone(), ready.clone());
+        std::thread::Builder::new()
+            .name("rdb-apply".into())
+            .spawn(move || crate::embedded_rdb::run(tp, rdb, ready))
+            .map_err(|e| format!("spawning rdb thread: {e}"))?
+    };
+    let state = AppState {
+        tp: Some(tp.clone()),
+        rdb: Some(rdb),
+        query: Some(engine),
+        ready: ready.clone(),
+    };
+    tokio::spawn(serve_http(http_l, state));
+    tokio::spawn(tickdb_tp::ilp_tcp::serve(ilp_l, tp.clone()));
+    tokio::spawn(tickdb_tp::sub_server::serve(sub_l, tp.clone()));
+    tracing::info!(
+        "tickdb up: HTTP {}:{} (/write, /exec), ILP TCP {}, subscriptions {}, data {}",
+        a.net.bind,
+        a.http_port,
+        a.tp.ilp_port,
+        a.tp.tp_port,
+        a.tp.data_dir.display()
+    );
+    if let Some(rate) = a.demo_feed {
+        let tp = tp.clone();
+        let ready = ready.clone();
+        tokio::spawn(async move {
+            while !ready.load(Ordering::Acquire) {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            crate::demo_feed::run(tp, rate).await
+        });
+    }
+    shutdown_signal().await;
+    tracing::info!("stopping: final journal sync");
+    let tp2 = tp.clone();
+    let _ = tokio::task::spawn_blocking(move || tp2.shutdown()).await;
+    let _ = rdb_thread.join();
+    Ok(())
+}
+
+pub async fn tp(a: TpOnlyArgs) -> Result<(), String> {
+    let (schema, toml) = load_schema(&a.schema)?;
+    let http_l = bind(a.net.bind, &a.http_port, "HTTP").await?;
+    let ilp_l = bind(a.net.bind, &a.tp.ilp_port, "ILP TCP").await?;
+    let sub_l = bind(a.net.bind, &a.tp.tp_port, "tp subscriptions").await?;
+    let tp = open_tp(&a.tp, Arc::new(schema), toml)?;
+    let state = AppState {
+        tp: Some(tp.clone()),
+        rdb: None,
+        query: None,
+        ready: Arc::new(AtomicBool::new(true)),
+    };
+    tokio::spawn(serve_http(http_l, state));
+    tokio::spawn(tickdb_tp::ilp_tcp::serve(ilp_l, tp.clone()));
+    tokio::spawn(tickdb_tp::sub_server::serve(sub_l, tp.clone()));
+    tracing::info!(
+        "tickdb tp: HTTP {}:{} (/write), ILP TCP {}, subscriptions {}, journal {}",
+        a.net.bind,
+        a.http_port,
+        a.tp.ilp_port,
+        a.tp.tp_port,
+        a.tp.data_dir.join("journal").display()
+    );
+    shutdown_signal().await;
+    tracing::info!("stopping: final journal sync");
+    let _ = tokio::task::spawn_blocking(move || tp.shutdown()).await;
+    Ok(())
+}
+
+pub async fn rdb(a: RdbArgs) -> Result<(), String> {
+    let http_l = bind(a.net.bind, &a.http_port, "HTTP").await?;
+    let interest = Interest {
+        tables: a.tables.clone(),
+        symbols: a.symbols.clone(),
+    };
+    // The tp's schema arrives with the subscription; keep trying until the
+    // tp answers, saying so.
+    let mut delay = remote::RECONNECT_DELAY_MS_MIN;
+    let first = loop {
+        match remote::link(&a.tp, 1, &interest).await {
+            Ok(l) => break l,
+            Err(e) => {
+                tracing::warn!("{e}; retrying in {delay} ms");
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(delay)) => {}
+                    _ = shutdown_signal() => return Ok(()),
+                }
+                delay = (delay * 2).min(remote::RECONNECT_DELAY_MS_MAX);
+            }
+        }
+    };
+    let schema = Schema::parse(&first.schema_toml, &format!("schema from tp {}", a.tp))
+        .map_err(|e| e.to_string())?;
+    let store = make_store(&schema, &a.mem)?;
+    let rdb = Rdb::new(store.clone());
+    let engine = query_engine(store, &a.query)?;
+    let ready = Arc::new(AtomicBool::new(false));
+    let target = first.current_seq;
+    {
+        let (rdb, ready) = (rdb.clone(), ready.clone());
+        tokio::spawn(async move {
+            while rdb.applied_seq() < target {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            ready.store(true, Ordering::Release);
+        });
+    }
+    let state = AppState {
+        tp: None,
+        rdb: Some(rdb.clone()),
+        query: Some(engine),
+        ready,
+    };
+    tokio::spawn(serve_http(http_l, state));
+    tracing::info!(
+        "tickdb rdb: following tp {}, HTTP {}:{}",
+        a.tp,
+        a.net.bind,
+        a.http_port
+    );
+    let follow = tokio::spawn(remote::follow(rdb, a.tp.clone(), interest, Some(first)));
+    tokio::select! {
+        _ = shutdown_signal() => Ok(()),
+        r = follow => match r {
+            Ok(e) => Err(e.to_string()),
+            Err(e) => Err(format!("rdb follower stopped: {e}")),
+        },
+    }
+}

@@ -1,0 +1,246 @@
+//! The tickerplant handle: open (recover the journal), write, subscribe,
+//! status, shutdown. Every ingest path (HTTP, ILP TCP, the subscription
+//! port's writes, the built-in demo feed) goes through `write`.
+
+use crate::error::TpError;
+use crate::hub::{Hub, SubFilter, SubInfo, SubQueue};
+use crate::journal_thread::{self, Counters, WriteReq};
+use parking_lot::Mutex;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tickdb_core::{Batch, Schema};
+use tickdb_journal::{
+    FsyncPolicy, Journal, JournalOptions, JournalReader, RecoveryMode, RecoveryReport,
+};
+use tokio::sync::oneshot;
+
+/// Write requests waiting for the journal thread; a full queue makes
+/// writers wait (back-pressure), it never drops.
+pub const WRITE_QUEUE_REQUESTS_MAX: usize = 4096;
+
+#[derive(Clone, Debug)]
+pub struct TpConfig {
+    pub journal_dir: PathBuf,
+    pub schema: Arc<Schema>,
+    /// The schema's TOML text, sent to subscribers so an rdb needs no copy.
+    pub schema_toml: String,
+    pub fsync: FsyncPolicy,
+    pub recovery: RecoveryMode,
+    pub segment_bytes_max: u64,
+    /// 0 = zero-latency publishing; otherwise publish every N ms.
+    pub publish_interval_ms: u64,
+    pub line_bytes_max: usize,
+    pub request_bytes_max: usize,
+    pub sub_queue_bytes_max: usize,
+}
+
+pub struct Subscription {
+    pub queue: Arc<SubQueue>,
+    /// The tp's sequence when the subscription began (kdb+ `r.q`'s count).
+    pub current_seq: u64,
+    /// Journal records `from_seq..=current_seq` the subscriber still lacks.
+    pub catchup: Option<JournalReader>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TpStatus {
+    pub seq: u64,
+    pub synced_seq: u64,
+    pub rows: u64,
+    pub updates: u64,
+    pub bytes: u64,
+    pub commits: u64,
+    pub fsync: String,
+    pub publish_interval_ms: u64,
+    pub journal_dir: String,
+    pub poisoned: Option<String>,
+    pub subscribers: Vec<SubInfo>,
+}
+
+pub struct Tickerplant {
+    cfg: TpConfig,
+    tx: Mutex<Option<crossbeam_channel::Sender<WriteReq>>>,
+    hub: Arc<Hub>,
+    counters: Arc<Counters>,
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    stopping: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Tickerplant {
+    /// Recovers the journal (see `tickdb_journal::Journal::open`) and starts
+    /// the journal thread, and the publish timer in timer mode.
+    pub fn open(cfg: TpConfig) -> Result<(Arc<Tickerplant>, RecoveryReport), TpError> {
+        std::fs::create_dir_all(&cfg.journal_dir).map_err(|e| {
+            TpError::Io(format!(
+                "cannot create journal directory {}: {e}",
+                cfg.journal_dir.display()
+            ))
+        })?;
+        let opts = JournalOptions {
+            segment_bytes_max: cfg.segment_bytes_max,
+            fsync: cfg.fsync.clone(),
+            recovery: cfg.recovery.clone(),
+        };
+        let (journal, report) = Journal::open(&cfg.journal_dir, opts)
+            .map_err(|e| TpError::Io(format!("journal {}: {e}", cfg.journal_dir.display())))?;
+        let last = journal.last_seq();
+        let hub = Arc::new(Hub::new(
+            last,
+            cfg.publish_interval_ms > 0,
+            cfg.sub_queue_bytes_max,
+        ));
+        let counters = Arc::new(Counters::default());
+        counters.seq.store(last, Ordering::Relaxed);
+        counters
+            .synced_seq
+            .store(journal.synced_seq(), Ordering::Relaxed);
+        let (tx, rx) = crossbeam_channel::bounded(WRITE_QUEUE_REQUESTS_MAX);
+        let mut threads = Vec::new();
+        {
+            let hub = hub.clone();
+            let counters = counters.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("tp-journal".into())
+                    .spawn(move || journal_thread::run(journal, rx, hub, counters))
+                    .map_err(|e| TpError::Io(format!("spawning journal thread: {e}")))?,
+            );
+        }
+        let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        if cfg.publish_interval_ms > 0 {
+            let hub = hub.clone();
+            let stopping = stopping.clone();
+            let every = std::time::Duration::from_millis(cfg.publish_interval_ms);
+            threads.push(
+                std::thread::Builder::new()
+                    .name("tp-publish-timer".into())
+                    .spawn(move || {
+                        while !stopping.load(Ordering::Relaxed) {
+                            std::thread::sleep(every);
+                            hub.flush();
+                        }
+                    })
+                    .map_err(|e| TpError::Io(format!("spawning timer thread: {e}")))?,
+            );
+        }
+        Ok((
+            Arc::new(Tickerplant {
+                cfg,
+                tx: Mutex::new(Some(tx)),
+                hub,
+                counters,
+                threads: Mutex::new(threads),
+                stopping,
+            }),
+            report,
+        ))
+    }
+
+    pub fn config(&self) -> &TpConfig {
+        &self.cfg
+    }
+
+    pub fn schema(&self) -> &Arc<Schema> {
+        &self.cfg.schema
+    }
+
+    fn request(
+        &self,
+        batches: Vec<Batch>,
+    ) -> Result<oneshot::Receiver<Result<u64, TpError>>, TpError> {
+        let rows = batches.iter().map(|b| b.rows).sum();
+        let payload = tickdb_core::codec::encode_to_vec(&batches);
+        let (reply, rx) = oneshot::channel();
+        let tx = self.tx.lock().clone().ok_or(TpError::Shutdown)?;
+        tx.send(WriteReq {
+            batches,
+            payload,
+            rows,
+            reply,
+        })
+        .map_err(|_| TpError::Shutdown)?;
+        Ok(rx)
+    }
+
+    /// Journals an update and returns its sequence number once it is
+    /// journaled under the fsync policy (after the fsync under `always`) and
+    /// published. Batches must already fit the schema (ingest checks).
+    pub async fn write(&self, batches: Vec<Batch>) -> Result<u64, TpError> {
+        let rx = self.request(batches)?;
+        rx.await.map_err(|_| TpError::Shutdown)?
+    }
+
+    /// `write` for threads outside the async runtime.
+    pub fn write_blocking(&self, batches: Vec<Batch>) -> Result<u64, TpError> {
+        let rx = self.request(batches)?;
+        rx.blocking_recv().map_err(|_| TpError::Shutdown)?
+    }
+
+    /// Journals an update that arrived already encoded (a subscriber
+    /// publishing back, like kdb+'s aggregation engine): it is decoded
+    /// against the schema first, so nothing unchecked reaches the journal.
+    pub async fn write_payload(&self, payload: &[u8]) -> Result<u64, TpError> {
+        let batches = tickdb_core::codec::decode(payload, Some(&self.cfg.schema))
+            .map_err(|e| TpError::BadInput(e.to_string()))?;
+        self.write(batches).await
+    }
+
+    /// Registers a subscriber that has applied everything before `from_seq`.
+    pub fn subscribe(
+        &self,
+        name: &str,
+        filter: SubFilter,
+        from_seq: u64,
+    ) -> Result<Subscription, TpError> {
+        let (queue, current_seq) = self.hub.subscribe(name, filter);
+        let catchup = if from_seq <= current_seq {
+            Some(
+                JournalReader::open(&self.cfg.journal_dir, from_seq.max(1), current_seq)
+                    .map_err(|e| TpError::Io(format!("opening journal for replay: {e}")))?,
+            )
+        } else {
+            None
+        };
+        Ok(Subscription {
+            queue,
+            current_seq,
+            catchup,
+        })
+    }
+
+    pub fn unsubscribe(&self, id: u64) {
+        self.hub.unsubscribe(id);
+    }
+
+    pub fn seq(&self) -> u64 {
+        self.counters.seq.load(Ordering::Relaxed)
+    }
+
+    pub fn status(&self) -> TpStatus {
+        let c = &self.counters;
+        TpStatus {
+            seq: c.seq.load(Ordering::Relaxed),
+            synced_seq: c.synced_seq.load(Ordering::Relaxed),
+            rows: c.rows.load(Ordering::Relaxed),
+            updates: c.updates.load(Ordering::Relaxed),
+            bytes: c.bytes.load(Ordering::Relaxed),
+            commits: c.commits.load(Ordering::Relaxed),
+            fsync: format!("{:?}", self.cfg.fsync),
+            publish_interval_ms: self.cfg.publish_interval_ms,
+            journal_dir: self.cfg.journal_dir.display().to_string(),
+            poisoned: c.poisoned.lock().clone(),
+            subscribers: self.hub.subscribers(),
+        }
+    }
+
+    /// Stops accepting writes, lets the journal thread finish what it has
+    /// (a final sync), and closes every subscription.
+    pub fn shutdown(&self) {
+        self.tx.lock().take();
+        self.stopping.store(true, Ordering::Relaxed);
+        for t in self.threads.lock().drain(..) {
+            let _ = t.join();
+        }
+    }
+}
