@@ -141,8 +141,8 @@ fn keyed_table_keeps_latest_row_per_key() {
         let sym = arrow_cast_sym(c.batch.column(1).as_ref());
         let px = c.batch.column(2).as_primitive::<Float64Type>();
         let note = c.batch.column(3).as_string::<i32>();
-        for r in 0..c.batch.num_rows() {
-            got.push((sym[r].clone(), px.value(r), note.value(r).to_string()));
+        for (r, s) in sym.iter().enumerate() {
+            got.push((s.clone(), px.value(r), note.value(r).to_string()));
         }
     }
     got.sort_by(|a, b| a.0.cmp(&b.0));

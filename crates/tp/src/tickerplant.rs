@@ -79,8 +79,8 @@ impl Tickerplant {
         })?;
         let opts = JournalOptions {
             segment_bytes_max: cfg.segment_bytes_max,
-            fsync: cfg.fsync.clone(),
-            recovery: cfg.recovery.clone(),
+            fsync: cfg.fsync,
+            recovery: cfg.recovery,
         };
         let (journal, report) = Journal::open(&cfg.journal_dir, opts)
             .map_err(|e| TpError::Io(format!("journal {}: {e}", cfg.journal_dir.display())))?;
