@@ -7,6 +7,12 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use tickdb_net::ListenSpec;
 
+/// Shown after each role's flags: what every port flag accepts.
+pub const LISTEN_HELP: &str = "Ports: every port flag takes PORT, or rp,PORT to set SO_REUSEPORT \
+so that several processes share the port (e.g. several rdbs behind one query port). Without rp, \
+a port already in use fails start-up with one line naming it. Listeners bind --bind (127.0.0.1 \
+by default). Log level: TICKDB_LOG=debug|info|warn.";
+
 fn listen_spec(s: &str) -> Result<ListenSpec, String> {
     ListenSpec::parse(s).map_err(|e| e.to_string())
 }
@@ -14,8 +20,9 @@ fn listen_spec(s: &str) -> Result<ListenSpec, String> {
 /// How the journal is made durable before a write is acknowledged.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FsyncArg {
-    /// Acknowledge after the fdatasync that covers the rows (group commit):
-    /// an acknowledged row survives power loss.
+    /// Acknowledge (HTTP 204, WriteAck) only after the fdatasync that covers
+    /// the rows (group commit: concurrent writers share one fsync): an
+    /// acknowledged row survives a tp crash, an OS crash and power loss.
     Always,
     /// Acknowledge after write(); fdatasync every --fsync-interval-ms. An
     /// acknowledged row survives a tp crash; power loss may lose the last
@@ -47,10 +54,10 @@ pub struct TpArgs {
     #[arg(long, default_value = "./tickdb-data")]
     pub data_dir: PathBuf,
     /// ILP over TCP (InfluxDB line protocol, as QuestDB's 9009).
-    #[arg(long, default_value = "8709", value_parser = listen_spec)]
+    #[arg(long, default_value = "8709", value_name = "[rp,]PORT", value_parser = listen_spec)]
     pub ilp_port: ListenSpec,
     /// Subscription port: remote rdbs and the aggregation engine connect here.
-    #[arg(long, default_value = "8710", value_parser = listen_spec)]
+    #[arg(long, default_value = "8710", value_name = "[rp,]PORT", value_parser = listen_spec)]
     pub tp_port: ListenSpec,
     /// When a write is acknowledged; see docs/journal.md.
     #[arg(long, value_enum, default_value = "always")]

@@ -22,11 +22,12 @@ use tickdb_tp::{Tickerplant, TpConfig};
 use tokio::net::TcpListener;
 
 #[derive(Args, Debug)]
+#[command(after_help = crate::cli::LISTEN_HELP)]
 pub struct UpArgs {
     #[command(flatten)]
     pub net: NetArgs,
     /// HTTP: /write (ILP), /exec (SQL), /status, /metrics, /health.
-    #[arg(long, default_value = "8700", value_parser = |s: &str| ListenSpec::parse(s).map_err(|e| e.to_string()))]
+    #[arg(long, default_value = "8700", value_name = "[rp,]PORT", value_parser = |s: &str| ListenSpec::parse(s).map_err(|e| e.to_string()))]
     pub http_port: ListenSpec,
     #[command(flatten)]
     pub tp: TpArgs,
@@ -43,11 +44,12 @@ pub struct UpArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(after_help = crate::cli::LISTEN_HELP)]
 pub struct TpOnlyArgs {
     #[command(flatten)]
     pub net: NetArgs,
     /// HTTP: /write (ILP), /settings, /status, /metrics, /health.
-    #[arg(long, default_value = "8700", value_parser = |s: &str| ListenSpec::parse(s).map_err(|e| e.to_string()))]
+    #[arg(long, default_value = "8700", value_name = "[rp,]PORT", value_parser = |s: &str| ListenSpec::parse(s).map_err(|e| e.to_string()))]
     pub http_port: ListenSpec,
     #[command(flatten)]
     pub tp: TpArgs,
@@ -56,6 +58,7 @@ pub struct TpOnlyArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(after_help = crate::cli::LISTEN_HELP)]
 pub struct RdbArgs {
     /// The tp's subscription address (its --tp-port).
     #[arg(long, value_name = "HOST:PORT")]
@@ -64,7 +67,7 @@ pub struct RdbArgs {
     pub net: NetArgs,
     /// HTTP: /exec (SQL), /status, /metrics, /health. Use rp,PORT to let
     /// several rdbs share one query port.
-    #[arg(long, default_value = "8701", value_parser = |s: &str| ListenSpec::parse(s).map_err(|e| e.to_string()))]
+    #[arg(long, default_value = "8701", value_name = "[rp,]PORT", value_parser = |s: &str| ListenSpec::parse(s).map_err(|e| e.to_string()))]
     pub http_port: ListenSpec,
     /// Subscribe to these tables only (repeatable; default all).
     #[arg(long = "table")]

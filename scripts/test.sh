@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The whole test suite: Rust unit and integration tests, then the Python
+# integration tests (tests/) against the real binary. CI (.ci/run) runs this.
+#
+#   scripts/test.sh                 everything
+#   scripts/test.sh -k bad_input    pass arguments to pytest
+#   SKIP_CARGO_TEST=1 scripts/test.sh   build, then only the Python tests
+#
+# Builds once: `cargo test --no-run` builds the test binaries and the tickdb
+# binary with one feature resolution, so nothing is compiled twice.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+banner() { printf '\n=== %s ===\n' "$*"; }
+
+banner "Python environment (.venv)"
+if [[ ! -x .venv/bin/python ]]; then
+    python3 -m venv .venv
+fi
+stamp=.venv/.requirements-installed
+if [[ ! -f "$stamp" ]] || ! cmp -s tests/requirements.txt "$stamp"; then
+    .venv/bin/python -m pip install --quiet --upgrade pip
+    .venv/bin/python -m pip install --quiet -r tests/requirements.txt
+    cp tests/requirements.txt "$stamp"
+fi
+
+banner "cargo build (tests and the tickdb binary)"
+cargo test --workspace --no-run
+
+if [[ "${SKIP_CARGO_TEST:-0}" != "1" ]]; then
+    banner "cargo test"
+    cargo test --workspace
+fi
+
+banner "Python integration tests"
+export TICKDB_BIN="$PWD/target/debug/tickdb"
+exec .venv/bin/python -m pytest -q tests/ "$@"

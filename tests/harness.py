@@ -1,0 +1,222 @@
+"""Start the real tickdb binary on free loopback ports and talk to it.
+
+Every process runs in its own process group and is killed (the whole group)
+when the test ends, also when it fails or is interrupted; an atexit hook
+catches whatever a crashed test left behind. On failure the test prints the
+tail of each server's log.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import requests
+
+BIN = os.environ.get(
+    "TICKDB_BIN", str(Path(__file__).resolve().parent.parent / "target" / "debug" / "tickdb")
+)
+READY_TIMEOUT_S = 60.0
+
+_live: list["Proc"] = []
+
+
+def _kill_all() -> None:
+    for p in list(_live):
+        p.kill9()
+
+
+atexit.register(_kill_all)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Proc:
+    """One tickdb process (any role)."""
+
+    def __init__(self, args: list[str], log: Path, http_port: int | None = None):
+        self.args = args
+        self.log = log
+        self.http_port = http_port
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, wait_ready: bool = True) -> "Proc":
+        logf = open(self.log, "ab")
+        self.proc = subprocess.Popen(
+            [BIN, *self.args],
+            stdin=subprocess.DEVNULL,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        logf.close()
+        _live.append(self)
+        if wait_ready and self.http_port is not None:
+            self.wait_ready()
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(
+                    f"tickdb exited with {self.proc.returncode} before it was ready:\n{self.log_tail()}"
+                )
+            try:
+                if requests.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.02)
+        raise AssertionError(f"tickdb not ready after {timeout}s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def _signal_group(self, sig: int) -> None:
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def kill9(self) -> None:
+        """SIGKILL to the whole group: no flush, no final sync."""
+        if self.proc is None:
+            return
+        self._signal_group(signal.SIGKILL)
+        self.proc.wait()
+        if self in _live:
+            _live.remove(self)
+
+    def terminate(self, timeout: float = 30) -> int:
+        """SIGTERM and wait for a clean exit; returns the exit code."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        finally:
+            self.kill9()
+        return rc
+
+    def wait_exit(self, timeout: float = 30) -> int:
+        assert self.proc is not None
+        rc = self.proc.wait(timeout=timeout)
+        if self in _live:
+            _live.remove(self)
+        return rc
+
+    # --- queries -------------------------------------------------------
+
+    def exec(self, sql: str) -> list[list]:
+        r = requests.get(self.url + "/exec", params={"query": sql}, timeout=30)
+        assert r.status_code == 200, f"/exec {sql!r}: {r.status_code} {r.text}"
+        return r.json()["dataset"]
+
+    def scalar(self, sql: str):
+        rows = self.exec(sql)
+        assert len(rows) == 1 and len(rows[0]) == 1, rows
+        return rows[0][0]
+
+    def status(self) -> dict:
+        return requests.get(self.url + "/status", timeout=10).json()
+
+    def wait_rows(self, table: str, n: int, timeout: float = 30) -> int:
+        """Polls until `table` has at least n rows; returns the count."""
+        deadline = time.monotonic() + timeout
+        got = -1
+        while time.monotonic() < deadline:
+            got = self.scalar(f"select count(*) from {table}")
+            if got >= n:
+                return got
+            time.sleep(0.05)
+        raise AssertionError(f"{table}: {got} rows after {timeout}s, want {n}\n{self.log_tail()}")
+
+
+class Cluster:
+    """Factory for processes of one test; tears them all down at the end."""
+
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.procs: list[Proc] = []
+        self.n = 0
+
+    def _log(self, role: str) -> Path:
+        self.n += 1
+        return self.tmp / f"{self.n:02d}-{role}.log"
+
+    def up(self, data_dir: Path | None = None, extra: list[str] = (), start: bool = True, **ports) -> Proc:
+        """`tickdb up` on free ports; ports may be given (http, ilp, tp)."""
+        http = ports.get("http", free_port())
+        ilp = ports.get("ilp", free_port())
+        tp = ports.get("tp", free_port())
+        data_dir = data_dir or self.tmp / "data"
+        p = Proc(
+            ["up", "--http-port", str(http), "--ilp-port", str(ilp), "--tp-port", str(tp),
+             "--data-dir", str(data_dir), *extra],
+            self._log("up"),
+            http_port=int(str(http).split(",")[-1]),
+        )
+        p.ilp_port, p.tp_port, p.data_dir = ilp, tp, data_dir
+        self.procs.append(p)
+        return p.start() if start else p
+
+    def tp(self, data_dir: Path | None = None, extra: list[str] = (), **ports) -> Proc:
+        http = ports.get("http", free_port())
+        ilp = ports.get("ilp", free_port())
+        tp = ports.get("tp", free_port())
+        data_dir = data_dir or self.tmp / "data"
+        p = Proc(
+            ["tp", "--http-port", str(http), "--ilp-port", str(ilp), "--tp-port", str(tp),
+             "--data-dir", str(data_dir), *extra],
+            self._log("tp"),
+            http_port=http,
+        )
+        p.ilp_port, p.tp_port, p.data_dir = ilp, tp, data_dir
+        self.procs.append(p)
+        return p.start()
+
+    def rdb(self, tp_port: int, http: str | int | None = None, extra: list[str] = (), start: bool = True) -> Proc:
+        http = http if http is not None else free_port()
+        p = Proc(
+            ["rdb", "--tp", f"127.0.0.1:{tp_port}", "--http-port", str(http), *extra],
+            self._log("rdb"),
+            http_port=int(str(http).split(",")[-1]),
+        )
+        self.procs.append(p)
+        return p.start() if start else p
+
+    def raw(self, args: list[str], role: str = "cmd") -> Proc:
+        p = Proc(args, self._log(role))
+        self.procs.append(p)
+        return p.start(wait_ready=False)
+
+    def teardown(self) -> None:
+        for p in self.procs:
+            p.kill9()
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.log.name} ---\n{p.log_tail()}" for p in self.procs)
+
+
+def run(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+    """Runs a short tickdb command to completion."""
+    return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=timeout)
