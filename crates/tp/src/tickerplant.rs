@@ -11,7 +11,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tickdb_core::{Batch, Schema};
 use tickdb_journal::{
-    FsyncPolicy, Journal, JournalOptions, JournalReader, RecoveryMode, RecoveryReport,
+    FsStorage, FsyncPolicy, Journal, JournalOptions, JournalReader, RecoveryMode, RecoveryReport,
+    Storage,
 };
 use tokio::sync::oneshot;
 
@@ -71,6 +72,15 @@ impl Tickerplant {
     /// Recovers the journal (see `tickdb_journal::Journal::open`) and starts
     /// the journal thread, and the publish timer in timer mode.
     pub fn open(cfg: TpConfig) -> Result<(Arc<Tickerplant>, RecoveryReport), TpError> {
+        Self::open_with_storage(cfg, Arc::new(FsStorage))
+    }
+
+    /// `open` over a given storage seam: tests inject EIO, ENOSPC and short
+    /// writes through `tickdb_journal::FaultyStorage`.
+    pub fn open_with_storage(
+        cfg: TpConfig,
+        storage: Arc<dyn Storage>,
+    ) -> Result<(Arc<Tickerplant>, RecoveryReport), TpError> {
         std::fs::create_dir_all(&cfg.journal_dir).map_err(|e| {
             TpError::Io(format!(
                 "cannot create journal directory {}: {e}",
@@ -82,7 +92,7 @@ impl Tickerplant {
             fsync: cfg.fsync,
             recovery: cfg.recovery,
         };
-        let (journal, report) = Journal::open(&cfg.journal_dir, opts)
+        let (journal, report) = Journal::open_with(storage, &cfg.journal_dir, opts)
             .map_err(|e| TpError::Io(format!("journal {}: {e}", cfg.journal_dir.display())))?;
         let last = journal.last_seq();
         let hub = Arc::new(Hub::new(
