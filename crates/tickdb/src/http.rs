@@ -181,11 +181,7 @@ async fn status(State(s): State<AppState>) -> Response {
         body = serde_json::to_value(rdb.status()).unwrap_or_default();
     }
     if let Some(tp) = &s.tp {
-        let tp_status = serde_json::to_value(tp.status()).unwrap_or_default();
-        match s.rdb {
-            Some(_) => body["tp"] = tp_status,
-            None => body = tp_status,
-        }
+        body["tp"] = serde_json::to_value(tp.status()).unwrap_or_default();
     }
     body["ready"] = json!(s.ready.load(Ordering::Acquire));
     (

@@ -38,6 +38,9 @@ enum Cmd {
     Rdb(roles::RdbArgs),
     /// Inspect, verify and repair a journal directory.
     Journal(cmd_journal::JournalArgs),
+    /// Benchmarks against peers (QuestDB, the raw disk) measured in the same
+    /// run; `bench report` regenerates docs/benchmarks.md.
+    Bench(tickdb_bench::BenchArgs),
 }
 
 fn init_logging() {
@@ -55,6 +58,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Journal(args) => cmd_journal::run(args),
+        Cmd::Bench(args) => tickdb_bench::run(args),
         role => {
             init_logging();
             let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -73,7 +77,7 @@ fn main() -> ExitCode {
                     Cmd::Up(a) => roles::up(a).await,
                     Cmd::Tp(a) => roles::tp(a).await,
                     Cmd::Rdb(a) => roles::rdb(a).await,
-                    Cmd::Journal(_) => unreachable!("handled above"),
+                    Cmd::Journal(_) | Cmd::Bench(_) => unreachable!("handled above"),
                 }
             });
             match result {

@@ -1,0 +1,137 @@
+//! Child processes of a benchmark (tickdb servers, QuestDB). Each runs in its
+//! own process group with PR_SET_PDEATHSIG, and the guard kills the group on
+//! drop, so a failed or interrupted benchmark leaves no orphans. Ctrl-C sets
+//! a flag that the benchmark loops check; unwinding then drops the guards.
+
+use crate::error::{BenchError, Result};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Routes Ctrl-C and SIGTERM to the interrupt flag.
+pub fn install_interrupt_handler() {
+    let handler = on_sigint as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    unsafe {
+        libc::signal(libc::SIGINT, handler);
+        libc::signal(libc::SIGTERM, handler);
+    }
+}
+
+pub fn check_interrupt() -> Result<()> {
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        Err(BenchError::Interrupted)
+    } else {
+        Ok(())
+    }
+}
+
+/// Sleeps, but returns early with `Interrupted` on Ctrl-C.
+pub fn sleep(d: Duration) -> Result<()> {
+    let end = Instant::now() + d;
+    while Instant::now() < end {
+        check_interrupt()?;
+        std::thread::sleep((end - Instant::now()).min(Duration::from_millis(20)));
+    }
+    Ok(())
+}
+
+pub struct Child {
+    name: String,
+    inner: Option<std::process::Child>,
+    pub log: PathBuf,
+}
+
+impl Child {
+    pub fn spawn(name: &str, cmd: &mut Command, log: &Path) -> Result<Child> {
+        let out = std::fs::File::create(log)
+            .map_err(BenchError::io(format!("creating {}", log.display())))?;
+        let err = out.try_clone().map_err(BenchError::io("log handle"))?;
+        cmd.stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0);
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let inner = cmd
+            .spawn()
+            .map_err(BenchError::io(format!("starting {name}")))?;
+        Ok(Child {
+            name: name.to_string(),
+            inner: Some(inner),
+            log: log.to_path_buf(),
+        })
+    }
+
+    /// Fails if the process has exited (with the tail of its log).
+    pub fn check_alive(&mut self) -> Result<()> {
+        if let Some(c) = self.inner.as_mut() {
+            if let Ok(Some(st)) = c.try_wait() {
+                return Err(BenchError::Server(format!(
+                    "{} exited ({st}); log {}:\n{}",
+                    self.name,
+                    self.log.display(),
+                    log_tail(&self.log)
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// SIGTERM, then SIGKILL to the group after `grace`.
+    pub fn stop(&mut self, grace: Duration) {
+        let Some(mut c) = self.inner.take() else {
+            return;
+        };
+        unsafe {
+            libc::kill(c.id() as i32, libc::SIGTERM);
+        }
+        let end = Instant::now() + grace;
+        while Instant::now() < end {
+            if let Ok(Some(_)) = c.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        unsafe {
+            libc::kill(-(c.id() as i32), libc::SIGKILL);
+        }
+        let _ = c.wait();
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.inner.take() {
+            unsafe {
+                libc::kill(-(c.id() as i32), libc::SIGKILL);
+            }
+            let _ = c.wait();
+        }
+    }
+}
+
+pub fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+pub fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")
+        .map_err(BenchError::io("finding a free port"))?;
+    Ok(l.local_addr()
+        .map_err(BenchError::io("finding a free port"))?
+        .port())
+}

@@ -1,0 +1,285 @@
+//! Journal throughput: append MB/s and rows/s under each fsync policy, with
+//! the raw disk (`dd … conv=fdatasync`) measured in the same run; and
+//! acknowledged rows/s under `--fsync always` with 1, 4 and 16 concurrent
+//! HTTP writers, showing group commit (rows per fsync) at work.
+
+use crate::child;
+use crate::error::{BenchError, Result};
+use crate::http::HttpConn;
+use crate::servers;
+use crate::stats::{ratio, si};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tickdb_core::batch::Value;
+use tickdb_core::{BatchBuilder, Schema};
+use tickdb_journal::{FsyncPolicy, Journal, JournalOptions};
+
+/// Rows per journal record in the append benchmark (one update).
+const ROWS_PER_RECORD: usize = 100;
+/// Rows per HTTP request in the group-commit benchmark.
+const ROWS_PER_REQUEST: usize = 100;
+
+pub struct JournalOptionsBench {
+    pub megabytes: u64,
+    pub seconds: u64,
+    pub writers: Vec<usize>,
+}
+
+pub struct PolicyResult {
+    pub policy: String,
+    pub mb_s: f64,
+    pub rows_s: f64,
+    pub fsyncs: u64,
+}
+
+pub struct GroupResult {
+    pub writers: usize,
+    pub rows_s: f64,
+    pub rows_per_fsync: f64,
+}
+
+pub struct JournalReport {
+    pub dd_mb_s: f64,
+    pub policies: Vec<PolicyResult>,
+    pub groups: Vec<GroupResult>,
+    pub megabytes: u64,
+}
+
+fn record_payload() -> Vec<u8> {
+    let schema = Schema::default_schema();
+    let def = schema.table("trade").expect("the default schema has trade");
+    let mut b = BatchBuilder::new(def);
+    for i in 0..ROWS_PER_RECORD {
+        b.set(0, Value::Timestamp(1_700_000_000_000_000_000 + i as i64));
+        b.set(1, Value::Symbol(["AAPL", "MSFT", "IBM", "GOOG"][i % 4]));
+        b.set(2, Value::F64(100.0 + i as f64 * 0.01));
+        b.set(3, Value::I64(100 + i as i64));
+        b.end_row();
+    }
+    tickdb_core::codec::encode_to_vec(&[b.finish()])
+}
+
+fn dd(work: &Path, megabytes: u64) -> Result<f64> {
+    let file = work.join("dd.bin");
+    let t0 = Instant::now();
+    let out = Command::new("dd")
+        .arg("if=/dev/zero")
+        .arg(format!("of={}", file.display()))
+        .args(["bs=1M", &format!("count={megabytes}"), "conv=fdatasync"])
+        .output()
+        .map_err(BenchError::io("running dd"))?;
+    let secs = t0.elapsed().as_secs_f64();
+    let _ = std::fs::remove_file(&file);
+    if !out.status.success() {
+        return Err(BenchError::Server(format!(
+            "dd failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok(megabytes as f64 / secs)
+}
+
+/// One writer, one commit (one acknowledgement) per record.
+fn append(
+    work: &Path,
+    policy: FsyncPolicy,
+    megabytes: u64,
+    payload: &[u8],
+) -> Result<PolicyResult> {
+    let dir = work.join(format!("journal-{policy:?}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let opts = JournalOptions {
+        fsync: policy,
+        ..JournalOptions::default()
+    };
+    let (mut j, _) = Journal::open(&dir, opts).map_err(|e| BenchError::Server(e.to_string()))?;
+    let bytes_target = megabytes * 1024 * 1024;
+    // `always` pays one fsync per record: give it a tenth of the bytes so the
+    // run stays short; the rate is what is reported.
+    let bytes_target = if policy == FsyncPolicy::Always {
+        bytes_target / 10
+    } else {
+        bytes_target
+    };
+    let (mut bytes, mut records, mut fsyncs) = (0u64, 0u64, 0u64);
+    let t0 = Instant::now();
+    while bytes < bytes_target {
+        if records % 1024 == 0 {
+            child::check_interrupt()?;
+        }
+        j.append(1, ROWS_PER_RECORD as u32, 0, payload)
+            .map_err(|e| BenchError::Server(e.to_string()))?;
+        if j.commit().map_err(|e| BenchError::Server(e.to_string()))? {
+            fsyncs += 1;
+        }
+        bytes += payload.len() as u64;
+        records += 1;
+    }
+    j.close().map_err(|e| BenchError::Server(e.to_string()))?;
+    let secs = t0.elapsed().as_secs_f64();
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(PolicyResult {
+        policy: match policy {
+            FsyncPolicy::Always => "always".into(),
+            FsyncPolicy::IntervalMs(n) => format!("interval {n} ms"),
+            FsyncPolicy::Never => "never".into(),
+        },
+        mb_s: bytes as f64 / secs / (1024.0 * 1024.0),
+        rows_s: (records as usize * ROWS_PER_RECORD) as f64 / secs,
+        fsyncs,
+    })
+}
+
+fn group_commit(bin: &Path, work: &Path, writers: usize, seconds: u64) -> Result<GroupResult> {
+    let mut s = servers::start_tickdb(
+        bin,
+        work,
+        "tp",
+        &format!("group-{writers}"),
+        &["--fsync", "always"],
+    )?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let rows = Arc::new(AtomicU64::new(0));
+    let mut body = String::new();
+    for i in 0..ROWS_PER_REQUEST {
+        body.push_str(&format!("trade,sym=S{} price=1.5,size={i}i\n", i % 10));
+    }
+    let commits_before = status_commits(s.http)?;
+    let t0 = Instant::now();
+    let results: Vec<Result<()>> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..writers)
+            .map(|_| {
+                let (stop, rows, body, port) =
+                    (stop.clone(), rows.clone(), body.as_bytes(), s.http);
+                sc.spawn(move || -> Result<()> {
+                    let mut c = HttpConn::connect(port)?;
+                    while !stop.load(Ordering::Relaxed) {
+                        let (st, b) = c.request("POST", "/write", body)?;
+                        if st != 204 {
+                            return Err(BenchError::Server(format!(
+                                "HTTP {st}: {}",
+                                String::from_utf8_lossy(&b)
+                            )));
+                        }
+                        rows.fetch_add(ROWS_PER_REQUEST as u64, Ordering::Relaxed);
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        let r = child::sleep(Duration::from_secs(seconds));
+        stop.store(true, Ordering::Relaxed);
+        let mut out: Vec<Result<()>> = hs
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(BenchError::Server("writer panicked".into())))
+            })
+            .collect();
+        out.push(r);
+        out
+    });
+    let secs = t0.elapsed().as_secs_f64();
+    for r in results {
+        r?;
+    }
+    let commits = status_commits(s.http)? - commits_before;
+    s.child.stop(Duration::from_secs(10));
+    let _ = std::fs::remove_dir_all(&s.data_dir);
+    let n = rows.load(Ordering::Relaxed);
+    Ok(GroupResult {
+        writers,
+        rows_s: n as f64 / secs,
+        rows_per_fsync: n as f64 / commits.max(1) as f64,
+    })
+}
+
+fn status_commits(port: u16) -> Result<u64> {
+    let (st, body) = HttpConn::connect(port)?.request("GET", "/status", b"")?;
+    if st != 200 {
+        return Err(BenchError::Server(format!("/status: HTTP {st}")));
+    }
+    let v: serde_json::Value =
+        serde_json::from_slice(&body).map_err(|e| BenchError::Protocol(e.to_string()))?;
+    v["tp"]["commits"]
+        .as_u64()
+        .ok_or_else(|| BenchError::Protocol("/status has no tp.commits".into()))
+}
+
+pub fn run(bin: &Path, work: &Path, o: &JournalOptionsBench) -> Result<JournalReport> {
+    let steps = 1 + 3 + o.writers.len() as u64;
+    let pb = ProgressBar::new(steps);
+    pb.set_style(
+        ProgressStyle::with_template("journal {bar:30} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    pb.set_message("dd conv=fdatasync");
+    let dd_mb_s = dd(work, o.megabytes)?;
+    pb.inc(1);
+    let payload = record_payload();
+    let mut policies = Vec::new();
+    for p in [
+        FsyncPolicy::Never,
+        FsyncPolicy::IntervalMs(100),
+        FsyncPolicy::Always,
+    ] {
+        pb.set_message(format!("append, fsync {p:?}"));
+        policies.push(append(work, p, o.megabytes, &payload)?);
+        pb.inc(1);
+    }
+    let mut groups = Vec::new();
+    for &w in &o.writers {
+        pb.set_message(format!("group commit, {w} writers"));
+        groups.push(group_commit(bin, work, w, o.seconds)?);
+        pb.inc(1);
+    }
+    pb.finish_and_clear();
+    Ok(JournalReport {
+        dd_mb_s,
+        policies,
+        groups,
+        megabytes: o.megabytes,
+    })
+}
+
+impl JournalReport {
+    pub fn markdown(&self) -> String {
+        let mut s = format!(
+            "Append: one writer, one commit (acknowledgement) per record of {ROWS_PER_RECORD} trade rows, \
+             {} MB per policy (a tenth under `always`). Peer: `dd if=/dev/zero bs=1M count={} conv=fdatasync` \
+             on the same file system in the same run: **{:.0} MB/s**.\n\n",
+            self.megabytes, self.megabytes, self.dd_mb_s
+        );
+        s.push_str(
+            "| fsync policy | MB/s | rows/s | fsyncs | ratio to dd |\n|---|---|---|---|---|\n",
+        );
+        for p in &self.policies {
+            s.push_str(&format!(
+                "| {} | {:.1} | {} | {} | {} |\n",
+                p.policy,
+                p.mb_s,
+                si(p.rows_s),
+                p.fsyncs,
+                ratio(Some(p.mb_s), Some(self.dd_mb_s))
+            ));
+        }
+        s.push_str(&format!(
+            "\nGroup commit: `tickdb tp --fsync always`, W HTTP writers each posting {ROWS_PER_REQUEST}-row requests \
+             back to back; every request is acknowledged only after the fdatasync covering it.\n\n"
+        ));
+        s.push_str("| writers | acknowledged rows/s | rows per fsync |\n|---|---|---|\n");
+        for g in &self.groups {
+            s.push_str(&format!(
+                "| {} | {} | {:.0} |\n",
+                g.writers,
+                si(g.rows_s),
+                g.rows_per_fsync
+            ));
+        }
+        s
+    }
+}

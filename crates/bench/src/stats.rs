@@ -1,0 +1,92 @@
+//! Medians of repeated runs, and whether the spread says the machine was noisy.
+
+/// Runs whose max/min exceeds this are flagged as noisy in reports.
+pub const NOISY_SPREAD: f64 = 1.3;
+
+#[derive(Debug, Clone, Default)]
+pub struct Samples(pub Vec<f64>);
+
+impl Samples {
+    pub fn push(&mut self, x: f64) {
+        self.0.push(x);
+    }
+
+    pub fn median(&self) -> Option<f64> {
+        let mut v = self.0.clone();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(|a, b| a.total_cmp(b));
+        let n = v.len();
+        Some(if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        })
+    }
+
+    pub fn min(&self) -> Option<f64> {
+        self.0.iter().copied().reduce(f64::min)
+    }
+
+    pub fn max(&self) -> Option<f64> {
+        self.0.iter().copied().reduce(f64::max)
+    }
+
+    pub fn noisy(&self) -> bool {
+        match (self.min(), self.max()) {
+            (Some(lo), Some(hi)) if lo > 0.0 => hi / lo > NOISY_SPREAD,
+            _ => false,
+        }
+    }
+
+    /// "1.23M (1.10M–1.30M)", with a `*` when noisy.
+    pub fn describe(&self, fmt: fn(f64) -> String) -> String {
+        match (self.median(), self.min(), self.max()) {
+            (Some(m), Some(lo), Some(hi)) if self.0.len() > 1 => format!(
+                "{} ({}–{}){}",
+                fmt(m),
+                fmt(lo),
+                fmt(hi),
+                if self.noisy() { " *" } else { "" }
+            ),
+            (Some(m), _, _) => fmt(m),
+            _ => "n/a".into(),
+        }
+    }
+}
+
+pub fn si(x: f64) -> String {
+    if x >= 1e6 {
+        format!("{:.2}M", x / 1e6)
+    } else if x >= 1e3 {
+        format!("{:.1}k", x / 1e3)
+    } else {
+        format!("{x:.1}")
+    }
+}
+
+pub fn ratio(a: Option<f64>, b: Option<f64>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}×", a / b),
+        _ => "n/a".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_and_noise() {
+        let s = Samples(vec![3.0, 1.0, 2.0]);
+        assert_eq!(s.median(), Some(2.0));
+        assert!(s.noisy());
+        let s = Samples(vec![10.0, 11.0, 12.0, 10.5]);
+        assert_eq!(s.median(), Some(10.75));
+        assert!(!s.noisy());
+        assert_eq!(Samples::default().median(), None);
+        assert_eq!(si(1_234_567.0), "1.23M");
+        assert_eq!(ratio(Some(2.0), Some(1.0)), "2.00×");
+    }
+}
