@@ -92,8 +92,17 @@ impl Tickerplant {
             fsync: cfg.fsync,
             recovery: cfg.recovery,
         };
-        let (journal, report) = Journal::open_with(storage, &cfg.journal_dir, opts)
-            .map_err(|e| TpError::Io(format!("journal {}: {e}", cfg.journal_dir.display())))?;
+        let (journal, report) =
+            Journal::open_with(storage, &cfg.journal_dir, opts).map_err(|e| {
+                let hint = if e.is_corruption() && cfg.recovery == RecoveryMode::Strict {
+                    ". Nothing was changed. Inspect with `tickdb journal verify DIR`; start with \
+                     --recover-point-in-time to keep the longest consistent prefix (what is cut \
+                     is moved aside and reported), or cut it with `tickdb journal repair DIR --yes`"
+                } else {
+                    ""
+                };
+                TpError::Io(format!("journal {}: {e}{hint}", cfg.journal_dir.display()))
+            })?;
         let last = journal.last_seq();
         let hub = Arc::new(Hub::new(
             last,
