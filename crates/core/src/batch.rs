@@ -177,10 +177,28 @@ impl Batch {
                     ColumnData::F64(v) => ColumnData::F64(rows.iter().map(|&i| v[i]).collect()),
                     ColumnData::I32(v) => ColumnData::I32(rows.iter().map(|&i| v[i]).collect()),
                     ColumnData::Bool(v) => ColumnData::Bool(rows.iter().map(|&i| v[i]).collect()),
-                    ColumnData::Symbol { dict, keys } => ColumnData::Symbol {
-                        dict: dict.clone(),
-                        keys: rows.iter().map(|&i| keys[i]).collect(),
-                    },
+                    ColumnData::Symbol { dict, keys } => {
+                        // Only the symbols the selected rows use: a batch's
+                        // dictionary never outgrows its rows, which the
+                        // decoder checks.
+                        let mut remap: Vec<u32> = vec![u32::MAX; dict.len()];
+                        let mut new_dict = Vec::new();
+                        let keys = rows
+                            .iter()
+                            .map(|&i| {
+                                let k = keys[i] as usize;
+                                if remap[k] == u32::MAX {
+                                    remap[k] = new_dict.len() as u32;
+                                    new_dict.push(dict[k].clone());
+                                }
+                                remap[k]
+                            })
+                            .collect();
+                        ColumnData::Symbol {
+                            dict: new_dict,
+                            keys,
+                        }
+                    }
                     ColumnData::Str { offsets, data } | ColumnData::Bytes { offsets, data } => {
                         let mut o = Vec::with_capacity(rows.len() + 1);
                         let mut d = Vec::new();
@@ -396,5 +414,32 @@ mod tests {
         let sel = batch.select(&[1]);
         assert_eq!(sel.rows, 1);
         assert_eq!(sel.columns[3].data, ColumnData::I64(vec![7]));
+    }
+
+    /// A selection of a few rows out of many symbols keeps only the symbols
+    /// it uses, so it still decodes (the decoder bounds the dictionary by
+    /// the row count). This is what a symbol-filtered subscription sends.
+    #[test]
+    fn select_compacts_the_symbol_dictionary() {
+        let s = Schema::default_schema();
+        let mut b = BatchBuilder::new(s.table("trade").unwrap());
+        let syms = ["A", "B", "C", "D", "E"];
+        for (i, sym) in syms.iter().enumerate() {
+            b.set(0, Value::Timestamp(i as i64));
+            b.set(1, Value::Symbol(sym));
+            b.end_row();
+        }
+        let batch = b.finish();
+        let sel = batch.select(&[3, 1, 3]);
+        assert_eq!(
+            sel.columns[1].data,
+            ColumnData::Symbol {
+                dict: vec!["D".into(), "B".into()],
+                keys: vec![0, 1, 0]
+            }
+        );
+        let bytes = crate::codec::encode_to_vec(std::slice::from_ref(&sel));
+        let back = crate::codec::decode(&bytes, Some(&s)).expect("selection decodes");
+        assert_eq!(back[0].columns[1].data, sel.columns[1].data);
     }
 }
