@@ -1,0 +1,484 @@
+//! On-disk format: the chunk file header, the record framing and the chunk file
+//! names. This module owns every byte layout of the store; nothing else encodes or
+//! decodes bytes. `docs/hot-restart.md` documents the same layout byte by byte.
+//!
+//! All integers are little endian. Decoding never panics and never allocates on the
+//! strength of a length read from disk: every length is bounds-checked first.
+
+use std::fmt;
+
+/// Magic bytes at offset 0 of every chunk file.
+pub const CHUNK_MAGIC: [u8; 8] = *b"TDBHRCK\0";
+/// Format version written into every chunk header; any other version is refused.
+pub const FORMAT_VERSION: u16 = 1;
+/// Size of the chunk file header.
+pub const CHUNK_HEADER_BYTES: usize = 32;
+/// Size of the fixed part of a record (before key and value).
+pub const RECORD_HEADER_BYTES: usize = 24;
+/// Largest key accepted. Keys are table prefix + primary key, so 64 KiB is generous.
+pub const KEY_BYTES_MAX: usize = 64 * 1024;
+/// Largest value accepted. Columnar batch records can be a few MiB; 256 MiB bounds
+/// what one corrupt length field could make a reader believe.
+pub const VALUE_BYTES_MAX: usize = 256 * 1024 * 1024;
+/// Largest encoded record: anything longer in a length field is corruption.
+pub const RECORD_BYTES_MAX: usize = RECORD_HEADER_BYTES + KEY_BYTES_MAX + VALUE_BYTES_MAX;
+/// Header flag: the chunk was written by the garbage collector (informational).
+pub const HEADER_FLAG_GC_OUTPUT: u8 = 1;
+
+/// What a chunk file holds. Tombstones live in chunks of their own so that value
+/// chunks can be collected from RAM alone and tombstone chunks stay small.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ChunkKind {
+    /// Value records only.
+    Value = 1,
+    /// Tombstone and prefix tombstone records only.
+    Tombstone = 2,
+}
+
+impl ChunkKind {
+    fn from_u8(b: u8) -> Option<ChunkKind> {
+        match b {
+            1 => Some(ChunkKind::Value),
+            2 => Some(ChunkKind::Tombstone),
+            _ => None,
+        }
+    }
+
+    /// File name suffix for the kind.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            ChunkKind::Value => "val",
+            ChunkKind::Tombstone => "tomb",
+        }
+    }
+
+    /// Whether a record of kind `r` may appear in a chunk of this kind.
+    pub fn holds(self, r: RecordKind) -> bool {
+        match self {
+            ChunkKind::Value => r == RecordKind::Value,
+            ChunkKind::Tombstone => r != RecordKind::Value,
+        }
+    }
+}
+
+/// The three record kinds of the Hot Restart log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RecordKind {
+    /// put key → value.
+    Value = 1,
+    /// remove key.
+    Tombstone = 2,
+    /// remove every key starting with the record's key (the prefix).
+    PrefixTombstone = 3,
+}
+
+impl RecordKind {
+    fn from_u8(b: u8) -> Option<RecordKind> {
+        match b {
+            1 => Some(RecordKind::Value),
+            2 => Some(RecordKind::Tombstone),
+            3 => Some(RecordKind::PrefixTombstone),
+            _ => None,
+        }
+    }
+
+    /// The chunk kind records of this kind are written to.
+    pub fn chunk_kind(self) -> ChunkKind {
+        match self {
+            RecordKind::Value => ChunkKind::Value,
+            _ => ChunkKind::Tombstone,
+        }
+    }
+}
+
+/// A decoded chunk header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkHeader {
+    /// Value or tombstone chunk.
+    pub kind: ChunkKind,
+    /// Flags, see `HEADER_FLAG_*`.
+    pub flags: u8,
+    /// The chunk's sequence number; equals the number in its file name.
+    pub chunk_seq: u64,
+}
+
+/// Why bytes failed to decode. The caller adds the file and offset.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DecodeError {
+    /// Fewer bytes than the structure needs: a torn tail if it is at the end of
+    /// an active chunk.
+    Truncated {
+        needed: usize,
+        available: usize,
+    },
+    BadMagic,
+    BadVersion(u16),
+    BadChunkKind(u8),
+    BadHeaderCrc {
+        stored: u32,
+        computed: u32,
+    },
+    BadReserved,
+    /// A record length outside `RECORD_HEADER_BYTES ..= RECORD_BYTES_MAX`.
+    BadLength(u32),
+    BadCrc {
+        stored: u32,
+        computed: u32,
+    },
+    BadRecordKind(u8),
+    /// The key length does not fit in the record or exceeds `KEY_BYTES_MAX`.
+    BadKeyLength(u32),
+    /// A tombstone or prefix tombstone carrying value bytes.
+    ValueInTombstone,
+    /// A record kind that does not belong in this chunk kind.
+    WrongChunkKind {
+        chunk: ChunkKind,
+        record: RecordKind,
+    },
+    /// Sequence number 0 is never written.
+    ZeroSeq,
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecodeError::Truncated { needed, available } => {
+                write!(f, "truncated: needs {needed} bytes, {available} available")
+            }
+            DecodeError::BadMagic => write!(f, "bad magic"),
+            DecodeError::BadVersion(v) => write!(f, "unsupported format version {v}"),
+            DecodeError::BadChunkKind(k) => write!(f, "bad chunk kind {k}"),
+            DecodeError::BadHeaderCrc { stored, computed } => {
+                write!(
+                    f,
+                    "header crc mismatch: stored {stored:#010x}, computed {computed:#010x}"
+                )
+            }
+            DecodeError::BadReserved => write!(f, "reserved bytes are not zero"),
+            DecodeError::BadLength(l) => write!(f, "record length {l} out of range"),
+            DecodeError::BadCrc { stored, computed } => {
+                write!(
+                    f,
+                    "record crc mismatch: stored {stored:#010x}, computed {computed:#010x}"
+                )
+            }
+            DecodeError::BadRecordKind(k) => write!(f, "bad record kind {k}"),
+            DecodeError::BadKeyLength(l) => write!(f, "bad key length {l}"),
+            DecodeError::ValueInTombstone => write!(f, "tombstone carries a value"),
+            DecodeError::WrongChunkKind { chunk, record } => {
+                write!(f, "{record:?} record in a {chunk:?} chunk")
+            }
+            DecodeError::ZeroSeq => write!(f, "record sequence number 0"),
+        }
+    }
+}
+
+fn le_u16(b: &[u8], at: usize) -> u16 {
+    let mut a = [0u8; 2];
+    a.copy_from_slice(&b[at..at + 2]);
+    u16::from_le_bytes(a)
+}
+
+fn le_u32(b: &[u8], at: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(a)
+}
+
+fn le_u64(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+
+/// Encodes a chunk header.
+pub fn encode_header(kind: ChunkKind, flags: u8, chunk_seq: u64) -> [u8; CHUNK_HEADER_BYTES] {
+    let mut h = [0u8; CHUNK_HEADER_BYTES];
+    h[0..8].copy_from_slice(&CHUNK_MAGIC);
+    h[8..10].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    h[10] = kind as u8;
+    h[11] = flags;
+    h[16..24].copy_from_slice(&chunk_seq.to_le_bytes());
+    let crc = crc32c::crc32c(&h[0..24]);
+    h[24..28].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+/// Decodes and validates a chunk header from the start of `buf`.
+pub fn decode_header(buf: &[u8]) -> Result<ChunkHeader, DecodeError> {
+    if buf.len() < CHUNK_HEADER_BYTES {
+        return Err(DecodeError::Truncated {
+            needed: CHUNK_HEADER_BYTES,
+            available: buf.len(),
+        });
+    }
+    let h = &buf[..CHUNK_HEADER_BYTES];
+    if h[0..8] != CHUNK_MAGIC {
+        return Err(DecodeError::BadMagic);
+    }
+    let stored = le_u32(h, 24);
+    let computed = crc32c::crc32c(&h[0..24]);
+    if stored != computed {
+        return Err(DecodeError::BadHeaderCrc { stored, computed });
+    }
+    let version = le_u16(h, 8);
+    if version != FORMAT_VERSION {
+        return Err(DecodeError::BadVersion(version));
+    }
+    let kind = ChunkKind::from_u8(h[10]).ok_or(DecodeError::BadChunkKind(h[10]))?;
+    if le_u32(h, 12) != 0 || le_u32(h, 28) != 0 {
+        return Err(DecodeError::BadReserved);
+    }
+    Ok(ChunkHeader {
+        kind,
+        flags: h[11],
+        chunk_seq: le_u64(h, 16),
+    })
+}
+
+/// Encoded size of a record with these key and value lengths.
+pub fn encoded_len(key_len: usize, value_len: usize) -> usize {
+    RECORD_HEADER_BYTES + key_len + value_len
+}
+
+/// Appends one encoded record to `out`. The caller has checked the key and value
+/// bounds (`KEY_BYTES_MAX`, `VALUE_BYTES_MAX`), so the lengths fit their fields.
+pub fn encode_record(out: &mut Vec<u8>, seq: u64, kind: RecordKind, key: &[u8], value: &[u8]) {
+    debug_assert!(key.len() <= KEY_BYTES_MAX && value.len() <= VALUE_BYTES_MAX);
+    let len = encoded_len(key.len(), value.len());
+    let start = out.len();
+    out.reserve(len);
+    out.extend_from_slice(&(len as u32).to_le_bytes());
+    out.extend_from_slice(&[0u8; 4]); // CRC, filled in below
+    out.extend_from_slice(&seq.to_le_bytes());
+    out.push(kind as u8);
+    out.extend_from_slice(&[0u8; 3]);
+    out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+    out.extend_from_slice(key);
+    out.extend_from_slice(value);
+    let crc = crc32c::crc32c(&out[start + 8..start + len]);
+    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// A record decoded in place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordRef<'a> {
+    pub seq: u64,
+    pub kind: RecordKind,
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+}
+
+/// Decodes the record at the start of `buf`; returns it and its encoded length.
+pub fn decode_record(buf: &[u8]) -> Result<(RecordRef<'_>, usize), DecodeError> {
+    if buf.len() < RECORD_HEADER_BYTES {
+        return Err(DecodeError::Truncated {
+            needed: RECORD_HEADER_BYTES,
+            available: buf.len(),
+        });
+    }
+    let len32 = le_u32(buf, 0);
+    let len = len32 as usize;
+    if !(RECORD_HEADER_BYTES..=RECORD_BYTES_MAX).contains(&len) {
+        return Err(DecodeError::BadLength(len32));
+    }
+    if buf.len() < len {
+        return Err(DecodeError::Truncated {
+            needed: len,
+            available: buf.len(),
+        });
+    }
+    let stored = le_u32(buf, 4);
+    let computed = crc32c::crc32c(&buf[8..len]);
+    if stored != computed {
+        return Err(DecodeError::BadCrc { stored, computed });
+    }
+    let seq = le_u64(buf, 8);
+    if seq == 0 {
+        return Err(DecodeError::ZeroSeq);
+    }
+    let kind = RecordKind::from_u8(buf[16]).ok_or(DecodeError::BadRecordKind(buf[16]))?;
+    if buf[17..20] != [0, 0, 0] {
+        return Err(DecodeError::BadReserved);
+    }
+    let key_len32 = le_u32(buf, 20);
+    let key_len = key_len32 as usize;
+    if key_len > KEY_BYTES_MAX || key_len > len - RECORD_HEADER_BYTES {
+        return Err(DecodeError::BadKeyLength(key_len32));
+    }
+    let key = &buf[RECORD_HEADER_BYTES..RECORD_HEADER_BYTES + key_len];
+    let value = &buf[RECORD_HEADER_BYTES + key_len..len];
+    if kind != RecordKind::Value && !value.is_empty() {
+        return Err(DecodeError::ValueInTombstone);
+    }
+    Ok((
+        RecordRef {
+            seq,
+            kind,
+            key,
+            value,
+        },
+        len,
+    ))
+}
+
+/// Iterates over the records of a chunk body (the bytes after the header). Yields
+/// `(offset_in_file, record)`; stops after the first error, which it yields with
+/// the offset of the bad record.
+pub struct RecordIter<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    chunk_kind: ChunkKind,
+    failed: bool,
+}
+
+impl<'a> RecordIter<'a> {
+    /// `file` is the whole chunk file including its header.
+    pub fn new(file: &'a [u8], chunk_kind: ChunkKind) -> RecordIter<'a> {
+        RecordIter {
+            buf: file,
+            pos: CHUNK_HEADER_BYTES.min(file.len()),
+            chunk_kind,
+            failed: false,
+        }
+    }
+
+    /// File offset of the next record (the end of the valid prefix after an error).
+    pub fn offset(&self) -> usize {
+        self.pos
+    }
+}
+
+impl<'a> Iterator for RecordIter<'a> {
+    type Item = Result<(usize, RecordRef<'a>), (usize, DecodeError)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed || self.pos >= self.buf.len() {
+            return None;
+        }
+        let at = self.pos;
+        match decode_record(&self.buf[at..]) {
+            Ok((rec, len)) => {
+                if !self.chunk_kind.holds(rec.kind) {
+                    self.failed = true;
+                    let e = DecodeError::WrongChunkKind {
+                        chunk: self.chunk_kind,
+                        record: rec.kind,
+                    };
+                    return Some(Err((at, e)));
+                }
+                self.pos += len;
+                Some(Ok((at, rec)))
+            }
+            Err(e) => {
+                self.failed = true;
+                Some(Err((at, e)))
+            }
+        }
+    }
+}
+
+/// Decodes a whole chunk file (header and records). Returns the header and the
+/// records, or the offset and reason of the first bad byte range. This is the
+/// entry point the fuzz-style tests drive.
+pub fn decode_chunk(
+    file: &[u8],
+) -> Result<(ChunkHeader, Vec<RecordRef<'_>>), (usize, DecodeError)> {
+    let header = decode_header(file).map_err(|e| (0, e))?;
+    let mut out = Vec::new();
+    for r in RecordIter::new(file, header.kind) {
+        let (_, rec) = r?;
+        out.push(rec);
+    }
+    Ok((header, out))
+}
+
+/// The three states a chunk file name can carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileState {
+    /// Being appended by the writer, or sealed but not yet fsynced and renamed.
+    /// Its tail may be torn after a crash.
+    Active,
+    /// Complete and durable: corruption in it is an error.
+    Sealed,
+    /// Unfinished GC output: deleted at reload.
+    GcTemp,
+}
+
+/// File name of a chunk: `chunk-{seq:016x}.{val|tomb}[.active|.gctmp]`.
+pub fn chunk_file_name(seq: u64, kind: ChunkKind, state: FileState) -> String {
+    let base = format!("chunk-{seq:016x}.{}", kind.suffix());
+    match state {
+        FileState::Active => base + ".active",
+        FileState::Sealed => base,
+        FileState::GcTemp => base + ".gctmp",
+    }
+}
+
+/// Parses a chunk file name; `None` for files that are not chunks.
+pub fn parse_chunk_file_name(name: &str) -> Option<(u64, ChunkKind, FileState)> {
+    let rest = name.strip_prefix("chunk-")?;
+    let (hex, rest) = rest.split_at_checked(16)?;
+    let seq = u64::from_str_radix(hex, 16).ok()?;
+    let mut parts = rest.split('.');
+    if !parts.next()?.is_empty() {
+        return None;
+    }
+    let kind = match parts.next()? {
+        "val" => ChunkKind::Value,
+        "tomb" => ChunkKind::Tombstone,
+        _ => return None,
+    };
+    let state = match parts.next() {
+        None => FileState::Sealed,
+        Some("active") => FileState::Active,
+        Some("gctmp") => FileState::GcTemp,
+        Some(_) => return None,
+    };
+    if parts.next().is_some() {
+        return None;
+    }
+    Some((seq, kind, state))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_round_trip() {
+        let mut buf = Vec::new();
+        encode_record(&mut buf, 7, RecordKind::Value, b"t/k", b"hello");
+        encode_record(&mut buf, 8, RecordKind::Tombstone, b"t/k", b"");
+        let (r, n) = decode_record(&buf).unwrap();
+        assert_eq!(
+            (r.seq, r.kind, r.key, r.value),
+            (7, RecordKind::Value, &b"t/k"[..], &b"hello"[..])
+        );
+        let (r2, n2) = decode_record(&buf[n..]).unwrap();
+        assert_eq!(
+            (r2.seq, r2.kind, r2.key),
+            (8, RecordKind::Tombstone, &b"t/k"[..])
+        );
+        assert_eq!(n + n2, buf.len());
+    }
+
+    #[test]
+    fn header_round_trip_and_names() {
+        let h = encode_header(ChunkKind::Tombstone, HEADER_FLAG_GC_OUTPUT, 42);
+        assert_eq!(
+            decode_header(&h).unwrap(),
+            ChunkHeader {
+                kind: ChunkKind::Tombstone,
+                flags: 1,
+                chunk_seq: 42
+            }
+        );
+        for st in [FileState::Active, FileState::Sealed, FileState::GcTemp] {
+            let n = chunk_file_name(42, ChunkKind::Value, st);
+            assert_eq!(parse_chunk_file_name(&n), Some((42, ChunkKind::Value, st)));
+        }
+        assert_eq!(parse_chunk_file_name("chunk-00000000000000zz.val"), None);
+        assert_eq!(parse_chunk_file_name("LOCK"), None);
+    }
+}

@@ -1,0 +1,619 @@
+//! The in-memory record index: key → (chunk, seq, size, value) for every live key,
+//! the live prefix tombstones, and the per-chunk live/garbage accounting. GC decides
+//! everything from here and never reads a chunk file.
+//!
+//! Tombstone bookkeeping. A tombstone (or prefix tombstone) must stay on disk while
+//! some chunk still holds an older record it shadows; otherwise a reload would bring
+//! that record back. Each entry therefore carries a `shadow` list: the chunks that
+//! may hold older records of its key. A tombstone whose shadow chunks have all been
+//! deleted (durably) is garbage. The lists are pruned against the chunk table, so
+//! each stays shorter than the number of chunks.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use crate::format::{ChunkKind, RecordKind, CHUNK_HEADER_BYTES};
+
+/// Keys are shared between the index map and the chunks' record lists.
+pub type Key = Arc<[u8]>;
+/// Values are shared with readers and with GC snapshots, so neither copies them.
+pub type Value = Arc<[u8]>;
+
+/// What a key currently maps to.
+#[derive(Clone, Debug)]
+pub(crate) enum Slot {
+    Value(Value),
+    /// A live tombstone: the key is removed but older records may still be on disk.
+    Tombstone,
+}
+
+/// The newest record of one key.
+#[derive(Clone, Debug)]
+pub(crate) struct Entry {
+    pub seq: u64,
+    pub chunk: u64,
+    pub size: u32,
+    pub slot: Slot,
+    /// Chunks that may hold older records of this key (see the module comment).
+    pub shadow: Vec<u64>,
+}
+
+/// A live prefix tombstone.
+#[derive(Clone, Debug)]
+pub(crate) struct PrefixTomb {
+    pub prefix: Key,
+    pub seq: u64,
+    pub chunk: u64,
+    pub size: u32,
+    /// Chunks that may hold records this prefix tombstone dismisses.
+    pub shadow: Vec<u64>,
+}
+
+/// Lifecycle of a chunk file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChunkState {
+    /// Being appended (`.active` file name).
+    Active,
+    /// Full, waiting to be fsynced and renamed to its sealed name.
+    Sealing,
+    /// Durable under its sealed name; GC may collect it.
+    Sealed,
+}
+
+/// Accounting for one chunk file.
+#[derive(Clone, Debug)]
+pub(crate) struct ChunkInfo {
+    pub kind: ChunkKind,
+    pub state: ChunkState,
+    /// File size including the header.
+    pub file_bytes: u64,
+    pub live_bytes: u64,
+    pub live_records: u64,
+    pub garbage_bytes: u64,
+    pub garbage_records: u64,
+    /// Highest record seq in the chunk: the chunk's age is measured from it.
+    pub max_rec_seq: u64,
+    /// (key, seq) of records written to the chunk that were live when written;
+    /// GC filters it against the index to find the live ones.
+    pub records: Vec<(Key, u64)>,
+}
+
+impl ChunkInfo {
+    pub fn new(kind: ChunkKind, state: ChunkState) -> ChunkInfo {
+        ChunkInfo {
+            kind,
+            state,
+            file_bytes: CHUNK_HEADER_BYTES as u64,
+            live_bytes: 0,
+            live_records: 0,
+            garbage_bytes: 0,
+            garbage_records: 0,
+            max_rec_seq: 0,
+            records: Vec::new(),
+        }
+    }
+}
+
+/// A GC candidate: a sealed chunk's accounting.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Candidate {
+    pub seq: u64,
+    pub live_bytes: u64,
+    pub live_records: u64,
+    pub garbage_bytes: u64,
+    pub max_rec_seq: u64,
+}
+
+/// A live record copied (by reference) out of the index for GC.
+#[derive(Clone, Debug)]
+pub(crate) struct LiveRec {
+    pub key: Key,
+    pub value: Option<Value>,
+    pub seq: u64,
+    pub kind: RecordKind,
+    pub src: u64,
+}
+
+/// One record GC wrote to an output chunk.
+#[derive(Clone, Debug)]
+pub(crate) struct OutRec {
+    pub key: Key,
+    pub seq: u64,
+    pub size: u32,
+    pub kind: RecordKind,
+    pub src: u64,
+}
+
+/// One output chunk of a GC cycle.
+#[derive(Clone, Debug)]
+pub(crate) struct OutChunk {
+    pub seq: u64,
+    pub kind: ChunkKind,
+    pub file_bytes: u64,
+    pub max_rec_seq: u64,
+    pub recs: Vec<OutRec>,
+}
+
+/// FNV-1a: a fixed hash, so that partitioning is the same in every process.
+pub fn key_hash(key: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in key {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// The partition a key belongs to (index maps and reload threads).
+pub fn partition_of(key: &[u8], partitions: usize) -> usize {
+    (key_hash(key) % partitions.max(1) as u64) as usize
+}
+
+fn add_shadow(shadow: &mut Vec<u64>, chunk: u64, chunks: &BTreeMap<u64, ChunkInfo>) {
+    shadow.retain(|c| chunks.contains_key(c));
+    if !shadow.contains(&chunk) {
+        shadow.push(chunk);
+    }
+}
+
+fn account_live(chunks: &mut BTreeMap<u64, ChunkInfo>, chunk: u64, key: Key, seq: u64, size: u32) {
+    if let Some(c) = chunks.get_mut(&chunk) {
+        c.file_bytes += size as u64;
+        c.live_bytes += size as u64;
+        c.live_records += 1;
+        c.max_rec_seq = c.max_rec_seq.max(seq);
+        c.records.push((key, seq));
+    } else {
+        debug_assert!(false, "record appended to unknown chunk {chunk}");
+    }
+}
+
+fn mark_garbage(chunks: &mut BTreeMap<u64, ChunkInfo>, total: &mut u64, chunk: u64, size: u32) {
+    if let Some(c) = chunks.get_mut(&chunk) {
+        c.live_bytes = c.live_bytes.saturating_sub(size as u64);
+        c.live_records = c.live_records.saturating_sub(1);
+        c.garbage_bytes += size as u64;
+        c.garbage_records += 1;
+        *total += size as u64;
+    }
+}
+
+/// The index. Key maps are partitioned by key hash so that reload's partition
+/// threads each build one map and hand it over without a merge.
+pub(crate) struct Index {
+    parts: Vec<BTreeMap<Key, Entry>>,
+    pub prefix_tombs: Vec<PrefixTomb>,
+    pub chunks: BTreeMap<u64, ChunkInfo>,
+    /// Sum of `garbage_bytes` over all chunks: drives back-pressure.
+    pub garbage_bytes_total: u64,
+    /// Number of key entries that are tombstones.
+    tombstones: u64,
+}
+
+impl Index {
+    /// Assembles an index from reload's results.
+    pub fn from_parts(
+        parts: Vec<BTreeMap<Key, Entry>>,
+        prefix_tombs: Vec<PrefixTomb>,
+        chunks: BTreeMap<u64, ChunkInfo>,
+    ) -> Index {
+        let garbage_bytes_total = chunks.values().map(|c| c.garbage_bytes).sum();
+        let tombstones = parts
+            .iter()
+            .flat_map(|p| p.values())
+            .filter(|e| matches!(e.slot, Slot::Tombstone))
+            .count() as u64;
+        Index {
+            parts,
+            prefix_tombs,
+            chunks,
+            garbage_bytes_total,
+            tombstones,
+        }
+    }
+
+    fn part(&self, key: &[u8]) -> usize {
+        partition_of(key, self.parts.len())
+    }
+
+    pub fn get(&self, key: &[u8]) -> Option<&Entry> {
+        self.parts[self.part(key)].get(key)
+    }
+
+    pub fn get_value(&self, key: &[u8]) -> Option<Value> {
+        match self.get(key) {
+            Some(Entry {
+                slot: Slot::Value(v),
+                ..
+            }) => Some(v.clone()),
+            _ => None,
+        }
+    }
+
+    /// Whether any entry (value or tombstone) lies under `prefix`.
+    pub fn any_with_prefix(&self, prefix: &[u8]) -> bool {
+        self.parts.iter().any(|p| {
+            p.range::<[u8], _>((Bound::Included(prefix), Bound::Unbounded))
+                .next()
+                .is_some_and(|(k, _)| k.starts_with(prefix))
+        })
+    }
+
+    pub fn add_chunk(&mut self, seq: u64, kind: ChunkKind, state: ChunkState) {
+        self.chunks.insert(seq, ChunkInfo::new(kind, state));
+    }
+
+    pub fn set_chunk_state(&mut self, seq: u64, state: ChunkState) {
+        if let Some(c) = self.chunks.get_mut(&seq) {
+            c.state = state;
+        }
+    }
+
+    /// Records a value record appended to `chunk`.
+    pub fn apply_put(&mut self, key: &[u8], value: Value, seq: u64, chunk: u64, size: u32) {
+        let p = self.part(key);
+        let map = &mut self.parts[p];
+        let shared_key = match map.get_key_value(key) {
+            Some((k, _)) => k.clone(),
+            None => Arc::from(key),
+        };
+        let old = match map.get_mut(key) {
+            Some(e) => {
+                let old = (e.chunk, e.size);
+                match e.slot {
+                    Slot::Value(_) => add_shadow(&mut e.shadow, e.chunk, &self.chunks),
+                    Slot::Tombstone => {
+                        // The tombstone's own shadow carries over: if this value is
+                        // removed again, the new tombstone still covers those chunks.
+                        self.tombstones -= 1;
+                        e.shadow.retain(|c| self.chunks.contains_key(c));
+                    }
+                }
+                e.seq = seq;
+                e.chunk = chunk;
+                e.size = size;
+                e.slot = Slot::Value(value);
+                Some(old)
+            }
+            None => {
+                let e = Entry {
+                    seq,
+                    chunk,
+                    size,
+                    slot: Slot::Value(value),
+                    shadow: Vec::new(),
+                };
+                map.insert(shared_key.clone(), e);
+                None
+            }
+        };
+        if let Some((c, s)) = old {
+            mark_garbage(&mut self.chunks, &mut self.garbage_bytes_total, c, s);
+        }
+        account_live(&mut self.chunks, chunk, shared_key, seq, size);
+    }
+
+    /// Records a tombstone appended to `chunk`. The caller checked that `key` maps
+    /// to a value (removing an absent key writes nothing).
+    pub fn apply_remove(&mut self, key: &[u8], seq: u64, chunk: u64, size: u32) {
+        let p = self.part(key);
+        let map = &mut self.parts[p];
+        let Some((k, _)) = map.get_key_value(key) else {
+            return;
+        };
+        let k = k.clone();
+        let Some(e) = map.get_mut(key) else { return };
+        let old = (e.chunk, e.size);
+        if matches!(e.slot, Slot::Value(_)) {
+            add_shadow(&mut e.shadow, e.chunk, &self.chunks);
+        } else {
+            self.tombstones -= 1;
+        }
+        e.seq = seq;
+        e.chunk = chunk;
+        e.size = size;
+        e.slot = Slot::Tombstone;
+        self.tombstones += 1;
+        mark_garbage(
+            &mut self.chunks,
+            &mut self.garbage_bytes_total,
+            old.0,
+            old.1,
+        );
+        account_live(&mut self.chunks, chunk, k, seq, size);
+    }
+
+    /// Records a prefix tombstone appended to `chunk`: every entry under the prefix
+    /// goes, and so does every older prefix tombstone it covers. Returns the number
+    /// of values cleared.
+    pub fn apply_clear_prefix(&mut self, prefix: &[u8], seq: u64, chunk: u64, size: u32) -> u64 {
+        let mut shadow = Vec::new();
+        let mut cleared = 0;
+        for part in &mut self.parts {
+            let keys: Vec<Key> = part
+                .range::<[u8], _>((Bound::Included(prefix), Bound::Unbounded))
+                .take_while(|(k, _)| k.starts_with(prefix))
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in keys {
+                let Some(e) = part.remove(&k) else { continue };
+                mark_garbage(
+                    &mut self.chunks,
+                    &mut self.garbage_bytes_total,
+                    e.chunk,
+                    e.size,
+                );
+                match e.slot {
+                    Slot::Value(_) => {
+                        shadow.push(e.chunk);
+                        cleared += 1;
+                    }
+                    Slot::Tombstone => self.tombstones -= 1,
+                }
+                shadow.extend(e.shadow);
+            }
+        }
+        let (covered, kept): (Vec<PrefixTomb>, Vec<PrefixTomb>) =
+            std::mem::take(&mut self.prefix_tombs)
+                .into_iter()
+                .partition(|pt| pt.prefix.starts_with(prefix));
+        self.prefix_tombs = kept;
+        for pt in covered {
+            mark_garbage(
+                &mut self.chunks,
+                &mut self.garbage_bytes_total,
+                pt.chunk,
+                pt.size,
+            );
+            shadow.extend(pt.shadow);
+        }
+        shadow.sort_unstable();
+        shadow.dedup();
+        shadow.retain(|c| self.chunks.contains_key(c));
+        let key: Key = Arc::from(prefix);
+        account_live(&mut self.chunks, chunk, key.clone(), seq, size);
+        self.prefix_tombs.push(PrefixTomb {
+            prefix: key,
+            seq,
+            chunk,
+            size,
+            shadow,
+        });
+        cleared
+    }
+
+    /// Drops tombstones and prefix tombstones whose shadowed chunks are all gone,
+    /// turning them into garbage. Only GC calls it, and only at the start of a
+    /// cycle: every chunk deletion before then has been made durable (unlink +
+    /// directory fsync), so no dropped tombstone can expose a record again.
+    /// Returns whether anything changed.
+    pub fn sweep_tombstones(&mut self) -> bool {
+        let mut changed = false;
+        if self.tombstones > 0 {
+            let mut drops: Vec<Key> = Vec::new();
+            for info in self
+                .chunks
+                .values()
+                .filter(|c| c.kind == ChunkKind::Tombstone)
+            {
+                for (key, seq) in &info.records {
+                    let p = partition_of(key, self.parts.len());
+                    if let Some(e) = self.parts[p].get(key) {
+                        if e.seq == *seq
+                            && matches!(e.slot, Slot::Tombstone)
+                            && !e.shadow.iter().any(|c| self.chunks.contains_key(c))
+                        {
+                            drops.push(key.clone());
+                        }
+                    }
+                }
+            }
+            for key in drops {
+                let p = partition_of(&key, self.parts.len());
+                if let Some(e) = self.parts[p].remove(&key) {
+                    mark_garbage(
+                        &mut self.chunks,
+                        &mut self.garbage_bytes_total,
+                        e.chunk,
+                        e.size,
+                    );
+                    self.tombstones -= 1;
+                    changed = true;
+                }
+            }
+        }
+        let pts = std::mem::take(&mut self.prefix_tombs);
+        for mut pt in pts {
+            pt.shadow.retain(|c| self.chunks.contains_key(c));
+            if pt.shadow.is_empty() {
+                mark_garbage(
+                    &mut self.chunks,
+                    &mut self.garbage_bytes_total,
+                    pt.chunk,
+                    pt.size,
+                );
+                changed = true;
+            } else {
+                self.prefix_tombs.push(pt);
+            }
+        }
+        changed
+    }
+
+    /// Sealed chunks, the only ones GC may collect.
+    pub fn candidates(&self) -> Vec<Candidate> {
+        self.chunks
+            .iter()
+            .filter(|(_, c)| c.state == ChunkState::Sealed)
+            .map(|(&seq, c)| Candidate {
+                seq,
+                live_bytes: c.live_bytes,
+                live_records: c.live_records,
+                garbage_bytes: c.garbage_bytes,
+                max_rec_seq: c.max_rec_seq,
+            })
+            .collect()
+    }
+
+    /// The live records of `chunk`, taken from RAM.
+    pub fn snapshot_live(&self, chunk: u64, out: &mut Vec<LiveRec>) {
+        let Some(info) = self.chunks.get(&chunk) else {
+            return;
+        };
+        for (key, seq) in &info.records {
+            match self.get(key) {
+                Some(e) if e.seq == *seq && e.chunk == chunk => {
+                    let (value, kind) = match &e.slot {
+                        Slot::Value(v) => (Some(v.clone()), RecordKind::Value),
+                        Slot::Tombstone => (None, RecordKind::Tombstone),
+                    };
+                    out.push(LiveRec {
+                        key: key.clone(),
+                        value,
+                        seq: *seq,
+                        kind,
+                        src: chunk,
+                    });
+                }
+                _ => {
+                    if info.kind == ChunkKind::Tombstone {
+                        if let Some(pt) = self
+                            .prefix_tombs
+                            .iter()
+                            .find(|p| p.seq == *seq && p.chunk == chunk)
+                        {
+                            out.push(LiveRec {
+                                key: pt.prefix.clone(),
+                                value: None,
+                                seq: *seq,
+                                kind: RecordKind::PrefixTombstone,
+                                src: chunk,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Installs GC output chunks and forgets the source chunks. A copied record
+    /// that was superseded while GC ran is garbage in its output chunk; the
+    /// output chunk joins the shadow list of whatever superseded it, so the copy
+    /// can never come back after the newer tombstone is collected.
+    pub fn commit_gc(&mut self, sources: &[u64], outputs: Vec<OutChunk>) {
+        for o in outputs {
+            let mut info = ChunkInfo::new(o.kind, ChunkState::Sealed);
+            info.file_bytes = o.file_bytes;
+            info.max_rec_seq = o.max_rec_seq;
+            self.chunks.insert(o.seq, info);
+            for r in o.recs {
+                let live = match r.kind {
+                    RecordKind::PrefixTombstone => {
+                        match self
+                            .prefix_tombs
+                            .iter_mut()
+                            .find(|p| p.seq == r.seq && p.chunk == r.src)
+                        {
+                            Some(pt) => {
+                                pt.chunk = o.seq;
+                                true
+                            }
+                            None => false,
+                        }
+                    }
+                    _ => {
+                        let p = partition_of(&r.key, self.parts.len());
+                        match self.parts[p].get_mut(&r.key) {
+                            Some(e) if e.seq == r.seq && e.chunk == r.src => {
+                                e.chunk = o.seq;
+                                true
+                            }
+                            Some(e) => {
+                                if r.kind == RecordKind::Value {
+                                    add_shadow(&mut e.shadow, o.seq, &self.chunks);
+                                }
+                                false
+                            }
+                            None => {
+                                if r.kind == RecordKind::Value {
+                                    let pt = self
+                                        .prefix_tombs
+                                        .iter_mut()
+                                        .filter(|p| p.seq > r.seq && r.key.starts_with(&p.prefix))
+                                        .max_by_key(|p| p.seq);
+                                    match pt {
+                                        Some(pt) => add_shadow(&mut pt.shadow, o.seq, &self.chunks),
+                                        None => tracing::error!(
+                                            seq = r.seq,
+                                            "GC copy of a dead record has nothing shadowing it"
+                                        ),
+                                    }
+                                }
+                                false
+                            }
+                        }
+                    }
+                };
+                if live {
+                    // The record moved: the source no longer holds it.
+                    if let Some(src) = self.chunks.get_mut(&r.src) {
+                        src.live_bytes = src.live_bytes.saturating_sub(r.size as u64);
+                        src.live_records = src.live_records.saturating_sub(1);
+                    }
+                }
+                let Some(info) = self.chunks.get_mut(&o.seq) else {
+                    continue;
+                };
+                if live {
+                    info.live_bytes += r.size as u64;
+                    info.live_records += 1;
+                    info.records.push((r.key, r.seq));
+                } else {
+                    info.garbage_bytes += r.size as u64;
+                    info.garbage_records += 1;
+                    self.garbage_bytes_total += r.size as u64;
+                }
+            }
+        }
+        for s in sources {
+            if let Some(c) = self.chunks.remove(s) {
+                debug_assert_eq!(
+                    c.live_records, 0,
+                    "GC source chunk {s} still had live records"
+                );
+                self.garbage_bytes_total -= c.garbage_bytes;
+            }
+        }
+    }
+
+    /// Live values under `prefix`, sorted by key.
+    pub fn values_with_prefix(&self, prefix: &[u8]) -> Vec<(Key, Value)> {
+        let mut out: Vec<(Key, Value)> = Vec::new();
+        for part in &self.parts {
+            for (k, e) in part
+                .range::<[u8], _>((Bound::Included(prefix), Bound::Unbounded))
+                .take_while(|(k, _)| k.starts_with(prefix))
+            {
+                if let Slot::Value(v) = &e.slot {
+                    out.push((k.clone(), v.clone()));
+                }
+            }
+        }
+        out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// (live values, their record bytes, key tombstones) over the whole index.
+    pub fn counts(&self) -> (u64, u64, u64) {
+        let mut n = 0;
+        let mut bytes = 0;
+        for e in self.parts.iter().flat_map(|p| p.values()) {
+            if matches!(e.slot, Slot::Value(_)) {
+                n += 1;
+                bytes += e.size as u64;
+            }
+        }
+        (n, bytes, self.tombstones)
+    }
+}

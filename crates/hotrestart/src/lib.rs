@@ -1,0 +1,35 @@
+//! tickdb Hot Restart: an in-memory key → value store persisted log-structured, after
+//! Hazelcast's Hot Restart (seed 002) and Sprite LFS.
+//!
+//! - Every update is appended as a record (value, tombstone or prefix tombstone),
+//!   with a CRC32C and a global sequence number, to bounded chunk files; values
+//!   and tombstones go to separate chunks (`format`, `chunk`).
+//! - A RAM index holds every live key with its value, chunk, seq and size, plus
+//!   per-chunk live/garbage accounting (`index`).
+//! - A GC thread compacts chunks chosen by cost-benefit ((garbage / live) × age),
+//!   a few per cycle, copying live records from RAM sorted by age (`gc`).
+//! - Reload streams the chunks with `parallelism` reader threads into partition
+//!   threads that rebuild the index by record seq (`reload`).
+//!
+//! The byte layout, GC policy, back-pressure bound and durability guarantees are
+//! documented in `docs/hot-restart.md`.
+
+mod chunk;
+mod error;
+pub mod format;
+mod gc;
+mod index;
+mod reload;
+mod store;
+
+pub use chunk::WRITE_BUFFER_BYTES;
+pub use error::{Error, Result};
+pub use format::{ChunkKind, RecordKind};
+pub use gc::EMPTY_CHUNKS_PER_CYCLE_MAX;
+pub use index::{ChunkState, Key, Value};
+pub use reload::{ReloadReport, TornTail, PARTITION_QUEUE_BATCHES, RELOAD_BATCH_RECORDS};
+pub use store::{
+    ChunkStats, Config, GcConfig, GcCrashPoint, Stats, Store, BACKPRESSURE_GARBAGE_CHUNKS_MIN,
+    BACKPRESSURE_WAIT_SLICE_MS, CHUNK_BYTES_MAX, CHUNK_BYTES_MIN, LOCK_FILE_NAME, META_KEY_PREFIX,
+    PARALLELISM_MAX, PARTITIONS_MAX,
+};

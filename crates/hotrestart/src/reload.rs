@@ -1,0 +1,704 @@
+//! Reload: rebuilds the index from the chunk files with a pipeline of
+//! `parallelism` reader threads (each streams whole chunk files of its own and
+//! decodes them) feeding `partitions` partition threads (each owns the keys that
+//! hash to it and resolves them by record seq). Prefix tombstones go to the
+//! coordinating thread and are applied by every partition once all records are in.
+//! Nothing depends on arrival order, so the result is identical for any
+//! parallelism.
+//!
+//! It also repairs what a crash can leave: unfinished GC output (`.gctmp`) is
+//! deleted; an `.active` chunk with a torn tail is truncated to its last valid
+//! record, fsynced, reported and sealed. Corruption in a sealed chunk is an error.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::OpenOptions;
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::chunk;
+use crate::error::{Error, Result};
+use crate::format::{self, ChunkKind, FileState, RecordIter, RecordKind};
+use crate::index::{
+    partition_of, ChunkInfo, ChunkState, Entry, Index, Key, PrefixTomb, Slot, Value,
+};
+use crate::store::Config;
+
+/// Records per batch sent from a reader to a partition: large enough to amortise
+/// the channel, small enough to keep partitions busy early.
+pub const RELOAD_BATCH_RECORDS: usize = 1024;
+/// Batches queued per partition before readers block (bounds reload memory).
+pub const PARTITION_QUEUE_BATCHES: usize = 16;
+
+/// A torn tail found (and cut) at reload.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TornTail {
+    pub file: PathBuf,
+    /// Offset of the first byte dropped (the end of the last valid record).
+    pub offset: u64,
+    pub bytes_dropped: u64,
+    pub reason: String,
+}
+
+/// What reload found and did.
+#[derive(Clone, Debug, Default)]
+pub struct ReloadReport {
+    pub chunks_loaded: u64,
+    pub records_loaded: u64,
+    pub bytes_loaded: u64,
+    /// Live values after reload (metadata included).
+    pub live_records: u64,
+    pub torn_tails: Vec<TornTail>,
+    /// Unfinished GC output deleted.
+    pub gc_temp_files_removed: Vec<PathBuf>,
+    /// `.active` chunks that held no complete record and were deleted.
+    pub empty_active_removed: Vec<PathBuf>,
+    pub parallelism: usize,
+    pub partitions: usize,
+    pub elapsed: Duration,
+}
+
+impl ReloadReport {
+    /// Bytes loaded per second.
+    pub fn bytes_per_sec(&self) -> f64 {
+        let s = self.elapsed.as_secs_f64();
+        if s > 0.0 {
+            self.bytes_loaded as f64 / s
+        } else {
+            0.0
+        }
+    }
+}
+
+pub(crate) struct Loaded {
+    pub index: Index,
+    pub next_seq: u64,
+    pub next_chunk_seq: u64,
+    pub report: ReloadReport,
+}
+
+struct Job {
+    path: PathBuf,
+    seq: u64,
+    kind: ChunkKind,
+    active: bool,
+    size: u64,
+}
+
+/// A key record on its way to a partition.
+struct Rec {
+    key: Key,
+    value: Option<Value>,
+    seq: u64,
+    chunk: u64,
+    size: u32,
+}
+
+struct PtRec {
+    prefix: Key,
+    seq: u64,
+    chunk: u64,
+    size: u32,
+}
+
+struct FileResult {
+    seq: u64,
+    kind: ChunkKind,
+    active: bool,
+    path: PathBuf,
+    valid_len: u64,
+    records: u64,
+    record_bytes: u64,
+    max_rec_seq: u64,
+    torn: Option<TornTail>,
+}
+
+enum PartMsg {
+    Batch(Vec<Rec>),
+    /// All records are in; apply these live prefix tombstones (newest first).
+    Finish(Arc<Vec<(Key, u64)>>),
+}
+
+#[derive(Default)]
+struct PartOut {
+    map: BTreeMap<Key, Entry>,
+    /// chunk → (garbage bytes, garbage records)
+    garbage: HashMap<u64, (u64, u64)>,
+    live_lists: HashMap<u64, Vec<(Key, u64)>>,
+    pt_shadow: Vec<Vec<u64>>,
+}
+
+fn corrupt(path: &Path, offset: u64, reason: impl ToString) -> Error {
+    Error::Corrupt {
+        file: path.to_path_buf(),
+        offset,
+        reason: reason.to_string(),
+    }
+}
+
+fn list_dir(dir: &Path, report: &mut ReloadReport) -> Result<(Vec<Job>, u64)> {
+    let mut jobs = Vec::new();
+    let mut max_chunk_seq = 0u64;
+    let mut seen = HashSet::new();
+    let rd = std::fs::read_dir(dir).map_err(|e| Error::io("read dir", dir, e))?;
+    for entry in rd {
+        let entry = entry.map_err(|e| Error::io("read dir", dir, e))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some((seq, kind, state)) = format::parse_chunk_file_name(name) else {
+            continue;
+        };
+        let path = entry.path();
+        max_chunk_seq = max_chunk_seq.max(seq);
+        if state == FileState::GcTemp {
+            std::fs::remove_file(&path).map_err(|e| Error::io("remove gc temp", &path, e))?;
+            report.gc_temp_files_removed.push(path);
+            continue;
+        }
+        if !seen.insert(seq) {
+            return Err(corrupt(
+                &path,
+                0,
+                "two chunk files carry the same chunk seq",
+            ));
+        }
+        let size = entry
+            .metadata()
+            .map_err(|e| Error::io("stat", &path, e))?
+            .len();
+        jobs.push(Job {
+            path,
+            seq,
+            kind,
+            active: state == FileState::Active,
+            size,
+        });
+    }
+    // Biggest first, so that readers finish at about the same time.
+    jobs.sort_by(|a, b| b.size.cmp(&a.size).then(a.seq.cmp(&b.seq)));
+    Ok((jobs, max_chunk_seq))
+}
+
+/// Decodes one chunk file, handing records to `emit` and prefix tombstones to `pts`.
+fn parse_file(
+    job: &Job,
+    bytes: &[u8],
+    mut emit: impl FnMut(Rec),
+    pts: &mut Vec<PtRec>,
+) -> Result<FileResult> {
+    let mut res = FileResult {
+        seq: job.seq,
+        kind: job.kind,
+        active: job.active,
+        path: job.path.clone(),
+        valid_len: 0,
+        records: 0,
+        record_bytes: 0,
+        max_rec_seq: 0,
+        torn: None,
+    };
+    let header = match format::decode_header(bytes) {
+        Ok(h) => h,
+        Err(e) if job.active => {
+            // A crash right after creating the chunk: nothing in it was durable.
+            res.torn = Some(TornTail {
+                file: job.path.clone(),
+                offset: 0,
+                bytes_dropped: bytes.len() as u64,
+                reason: format!("header: {e}"),
+            });
+            return Ok(res);
+        }
+        Err(e) => return Err(corrupt(&job.path, 0, format!("header: {e}"))),
+    };
+    if header.chunk_seq != job.seq || header.kind != job.kind {
+        return Err(corrupt(
+            &job.path,
+            0,
+            format!(
+                "header says chunk {} {:?}, file name says {} {:?}",
+                header.chunk_seq, header.kind, job.seq, job.kind
+            ),
+        ));
+    }
+    let mut iter = RecordIter::new(bytes, header.kind);
+    for item in iter.by_ref() {
+        match item {
+            Ok((_, r)) => {
+                let size = format::encoded_len(r.key.len(), r.value.len()) as u32;
+                res.records += 1;
+                res.record_bytes += size as u64;
+                res.max_rec_seq = res.max_rec_seq.max(r.seq);
+                match r.kind {
+                    RecordKind::PrefixTombstone => pts.push(PtRec {
+                        prefix: Key::from(r.key),
+                        seq: r.seq,
+                        chunk: job.seq,
+                        size,
+                    }),
+                    RecordKind::Value => emit(Rec {
+                        key: Key::from(r.key),
+                        value: Some(Value::from(r.value)),
+                        seq: r.seq,
+                        chunk: job.seq,
+                        size,
+                    }),
+                    RecordKind::Tombstone => emit(Rec {
+                        key: Key::from(r.key),
+                        value: None,
+                        seq: r.seq,
+                        chunk: job.seq,
+                        size,
+                    }),
+                }
+            }
+            Err((off, e)) if job.active => {
+                res.torn = Some(TornTail {
+                    file: job.path.clone(),
+                    offset: off as u64,
+                    bytes_dropped: (bytes.len() - off) as u64,
+                    reason: e.to_string(),
+                });
+            }
+            Err((off, e)) => return Err(corrupt(&job.path, off as u64, e)),
+        }
+    }
+    res.valid_len = iter.offset() as u64;
+    if let Some(t) = &res.torn {
+        res.valid_len = t.offset;
+    }
+    Ok(res)
+}
+
+struct ReaderCtx<'a> {
+    jobs: &'a [Job],
+    next: &'a AtomicUsize,
+    records: &'a AtomicU64,
+    pb: &'a ProgressBar,
+}
+
+fn reader(ctx: &ReaderCtx<'_>, txs: Vec<Sender<PartMsg>>) -> Result<(Vec<FileResult>, Vec<PtRec>)> {
+    let n = txs.len();
+    let mut batches: Vec<Vec<Rec>> = (0..n)
+        .map(|_| Vec::with_capacity(RELOAD_BATCH_RECORDS))
+        .collect();
+    let mut files = Vec::new();
+    let mut pts = Vec::new();
+    let mut send_err = false;
+    loop {
+        let i = ctx.next.fetch_add(1, Ordering::Relaxed);
+        let Some(job) = ctx.jobs.get(i) else { break };
+        let bytes = std::fs::read(&job.path).map_err(|e| Error::io("read", &job.path, e))?;
+        let res = parse_file(
+            job,
+            &bytes,
+            |r| {
+                let p = partition_of(&r.key, n);
+                batches[p].push(r);
+                if batches[p].len() >= RELOAD_BATCH_RECORDS {
+                    let b = std::mem::replace(
+                        &mut batches[p],
+                        Vec::with_capacity(RELOAD_BATCH_RECORDS),
+                    );
+                    send_err |= txs[p].send(PartMsg::Batch(b)).is_err();
+                }
+            },
+            &mut pts,
+        )?;
+        if send_err {
+            return Err(Error::InvalidInput(
+                "reload partition thread exited early".into(),
+            ));
+        }
+        let total = ctx.records.fetch_add(res.records, Ordering::Relaxed) + res.records;
+        ctx.pb.inc(bytes.len() as u64);
+        ctx.pb.set_message(format!("{total} records"));
+        files.push(res);
+    }
+    for (p, b) in batches.into_iter().enumerate() {
+        if !b.is_empty() && txs[p].send(PartMsg::Batch(b)).is_err() {
+            return Err(Error::InvalidInput(
+                "reload partition thread exited early".into(),
+            ));
+        }
+    }
+    Ok((files, pts))
+}
+
+fn add_garbage(g: &mut HashMap<u64, (u64, u64)>, chunk: u64, size: u32) {
+    let e = g.entry(chunk).or_insert((0, 0));
+    e.0 += size as u64;
+    e.1 += 1;
+}
+
+fn partition(rx: Receiver<PartMsg>) -> Option<PartOut> {
+    let mut out = PartOut::default();
+    loop {
+        match rx.recv() {
+            Ok(PartMsg::Batch(recs)) => {
+                for r in recs {
+                    upsert(&mut out, r);
+                }
+            }
+            Ok(PartMsg::Finish(pts)) => {
+                finish(&mut out, &pts);
+                return Some(out);
+            }
+            // The coordinator gave up (a reader failed).
+            Err(_) => return None,
+        }
+    }
+}
+
+/// Keeps the record with the highest (seq, chunk seq); the loser is garbage and, if
+/// it is a value, its chunk joins the winner's shadow list. The chunk seq breaks
+/// ties between two copies of one record (left by a GC that crashed after renaming
+/// its output), so the choice does not depend on arrival order.
+fn upsert(out: &mut PartOut, r: Rec) {
+    match out.map.get_mut(&r.key) {
+        None => {
+            let slot = match r.value {
+                Some(v) => Slot::Value(v),
+                None => Slot::Tombstone,
+            };
+            out.map.insert(
+                r.key,
+                Entry {
+                    seq: r.seq,
+                    chunk: r.chunk,
+                    size: r.size,
+                    slot,
+                    shadow: Vec::new(),
+                },
+            );
+        }
+        Some(e) => {
+            if (r.seq, r.chunk) > (e.seq, e.chunk) {
+                add_garbage(&mut out.garbage, e.chunk, e.size);
+                if matches!(e.slot, Slot::Value(_)) {
+                    e.shadow.push(e.chunk);
+                }
+                e.seq = r.seq;
+                e.chunk = r.chunk;
+                e.size = r.size;
+                e.slot = match r.value {
+                    Some(v) => Slot::Value(v),
+                    None => Slot::Tombstone,
+                };
+            } else {
+                add_garbage(&mut out.garbage, r.chunk, r.size);
+                if r.value.is_some() {
+                    e.shadow.push(r.chunk);
+                }
+            }
+        }
+    }
+}
+
+/// Applies the live prefix tombstones (newest first), drops tombstones that shadow
+/// nothing, and lists each chunk's live records.
+fn finish(out: &mut PartOut, pts: &[(Key, u64)]) {
+    out.pt_shadow = vec![Vec::new(); pts.len()];
+    for (i, (prefix, pseq)) in pts.iter().enumerate() {
+        let dead: Vec<Key> = out
+            .map
+            .range::<[u8], _>((Bound::Included(&prefix[..]), Bound::Unbounded))
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .filter(|(_, e)| e.seq < *pseq)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in dead {
+            let Some(e) = out.map.remove(&k) else {
+                continue;
+            };
+            add_garbage(&mut out.garbage, e.chunk, e.size);
+            if matches!(e.slot, Slot::Value(_)) {
+                out.pt_shadow[i].push(e.chunk);
+            }
+            out.pt_shadow[i].extend(e.shadow);
+        }
+    }
+    let garbage = &mut out.garbage;
+    out.map.retain(|_, e| {
+        if matches!(e.slot, Slot::Tombstone) && e.shadow.is_empty() {
+            add_garbage(garbage, e.chunk, e.size);
+            return false;
+        }
+        e.shadow.sort_unstable();
+        e.shadow.dedup();
+        true
+    });
+    for (k, e) in &out.map {
+        out.live_lists
+            .entry(e.chunk)
+            .or_default()
+            .push((k.clone(), e.seq));
+    }
+    for s in &mut out.pt_shadow {
+        s.sort_unstable();
+        s.dedup();
+    }
+}
+
+/// Splits prefix tombstones into live ones (newest first) and superseded ones: a
+/// prefix tombstone is superseded by a newer one whose prefix covers its own, and
+/// a second copy of one record (same seq) is garbage.
+fn resolve_prefix_tombs(mut pts: Vec<PtRec>) -> (Vec<PtRec>, Vec<PtRec>) {
+    pts.sort_by(|a, b| b.seq.cmp(&a.seq).then(b.chunk.cmp(&a.chunk)));
+    let mut live: Vec<PtRec> = Vec::new();
+    let mut dead = Vec::new();
+    for p in pts {
+        if live
+            .iter()
+            .any(|l| l.seq == p.seq || (l.seq > p.seq && p.prefix.starts_with(&l.prefix)))
+        {
+            dead.push(p);
+        } else {
+            live.push(p);
+        }
+    }
+    (live, dead)
+}
+
+fn progress_bar(cfg: &Config, total: u64) -> ProgressBar {
+    if !cfg.progress {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::new(total);
+    if let Ok(style) = ProgressStyle::with_template(
+        "hot restart reload [{bar:30}] {binary_bytes}/{binary_total_bytes} ({binary_bytes_per_sec}) {msg}",
+    ) {
+        pb.set_style(style.progress_chars("=> "));
+    }
+    pb
+}
+
+type PipelineOut = (Vec<FileResult>, Vec<PtRec>, Vec<PtRec>, Vec<PartOut>);
+
+fn run_pipeline(jobs: &[Job], cfg: &Config, pb: &ProgressBar) -> Result<PipelineOut> {
+    let nparts = cfg.partitions;
+    let next = AtomicUsize::new(0);
+    let records = AtomicU64::new(0);
+    let ctx = ReaderCtx {
+        jobs,
+        next: &next,
+        records: &records,
+        pb,
+    };
+    std::thread::scope(|s| {
+        let mut txs = Vec::with_capacity(nparts);
+        let mut parts = Vec::with_capacity(nparts);
+        for _ in 0..nparts {
+            let (tx, rx) = crossbeam_channel::bounded::<PartMsg>(PARTITION_QUEUE_BATCHES);
+            txs.push(tx);
+            parts.push(s.spawn(move || partition(rx)));
+        }
+        let readers: Vec<_> = (0..cfg.parallelism)
+            .map(|_| {
+                let txs = txs.clone();
+                let ctx = &ctx;
+                s.spawn(move || reader(ctx, txs))
+            })
+            .collect();
+        let mut files = Vec::new();
+        let mut pts = Vec::new();
+        let mut err: Option<Error> = None;
+        for h in readers {
+            match h.join() {
+                Ok(Ok((f, p))) => {
+                    files.extend(f);
+                    pts.extend(p);
+                }
+                Ok(Err(e)) => {
+                    err.get_or_insert(e);
+                }
+                Err(_) => {
+                    err.get_or_insert(Error::InvalidInput("reload reader thread panicked".into()));
+                }
+            }
+        }
+        if let Some(e) = err {
+            // Closing the channels makes the partitions give up.
+            drop(txs);
+            for h in parts {
+                let _ = h.join();
+            }
+            return Err(e);
+        }
+        let (live_pts, dead_pts) = resolve_prefix_tombs(pts);
+        let msg: Arc<Vec<(Key, u64)>> =
+            Arc::new(live_pts.iter().map(|p| (p.prefix.clone(), p.seq)).collect());
+        for tx in &txs {
+            // A partition that is gone is reported by its join below.
+            let _ = tx.send(PartMsg::Finish(msg.clone()));
+        }
+        drop(txs);
+        let mut outs = Vec::with_capacity(nparts);
+        for h in parts {
+            match h.join() {
+                Ok(Some(o)) => outs.push(o),
+                _ => return Err(Error::InvalidInput("reload partition thread failed".into())),
+            }
+        }
+        Ok((files, live_pts, dead_pts, outs))
+    })
+}
+
+/// Repairs active chunks after the pipeline: truncates torn tails, deletes
+/// chunks without a complete record, fsyncs and seals the rest. Returns the
+/// results of the chunks that remain.
+fn seal_active(
+    dir: &Path,
+    cfg: &Config,
+    files: Vec<FileResult>,
+    report: &mut ReloadReport,
+) -> Result<Vec<FileResult>> {
+    let mut kept = Vec::with_capacity(files.len());
+    let mut dir_changed = false;
+    for mut f in files {
+        if let Some(t) = f.torn.take() {
+            tracing::warn!(file = %t.file.display(), offset = t.offset, bytes = t.bytes_dropped, reason = %t.reason,
+                "hot restart: torn tail of an active chunk truncated");
+            report.torn_tails.push(t);
+            if f.records > 0 {
+                let file = OpenOptions::new()
+                    .write(true)
+                    .open(&f.path)
+                    .map_err(|e| Error::io("open", &f.path, e))?;
+                file.set_len(f.valid_len)
+                    .map_err(|e| Error::io("truncate", &f.path, e))?;
+                if cfg.fsync {
+                    chunk::fsync_file(&file, &f.path)?;
+                }
+            }
+        }
+        if !f.active {
+            kept.push(f);
+            continue;
+        }
+        dir_changed = true;
+        if f.records == 0 {
+            std::fs::remove_file(&f.path).map_err(|e| Error::io("remove", &f.path, e))?;
+            report.empty_active_removed.push(f.path);
+            continue;
+        }
+        if cfg.fsync {
+            let file = std::fs::File::open(&f.path).map_err(|e| Error::io("open", &f.path, e))?;
+            chunk::fsync_file(&file, &f.path)?;
+        }
+        let to = chunk::chunk_path(dir, f.seq, f.kind, FileState::Sealed);
+        std::fs::rename(&f.path, &to).map_err(|e| Error::io("rename", &f.path, e))?;
+        f.path = to;
+        f.active = false;
+        kept.push(f);
+    }
+    if cfg.fsync && (dir_changed || !report.gc_temp_files_removed.is_empty()) {
+        chunk::fsync_dir(dir)?;
+    }
+    report.torn_tails.sort_by(|a, b| a.file.cmp(&b.file));
+    report.empty_active_removed.sort();
+    Ok(kept)
+}
+
+/// Reloads the store in `dir`.
+pub(crate) fn reload(dir: &Path, cfg: &Config) -> Result<Loaded> {
+    let t0 = Instant::now();
+    let mut report = ReloadReport {
+        parallelism: cfg.parallelism,
+        partitions: cfg.partitions,
+        ..Default::default()
+    };
+    let (jobs, max_chunk_seq) = list_dir(dir, &mut report)?;
+    let total: u64 = jobs.iter().map(|j| j.size).sum();
+    let pb = progress_bar(cfg, total);
+    let (files, live_pts, dead_pts, outs) = run_pipeline(&jobs, cfg, &pb)?;
+    pb.finish_and_clear();
+
+    report.chunks_loaded = files.len() as u64;
+    report.records_loaded = files.iter().map(|f| f.records).sum();
+    report.bytes_loaded = total;
+    let next_seq = files.iter().map(|f| f.max_rec_seq).max().unwrap_or(0) + 1;
+    let files = seal_active(dir, cfg, files, &mut report)?;
+
+    // Per-chunk accounting: garbage from the partitions and the prefix tombstones,
+    // live = everything else.
+    let mut garbage: HashMap<u64, (u64, u64)> = HashMap::new();
+    let mut live_lists: HashMap<u64, Vec<(Key, u64)>> = HashMap::new();
+    let mut parts = Vec::with_capacity(outs.len());
+    let mut pt_shadow: Vec<Vec<u64>> = vec![Vec::new(); live_pts.len()];
+    for o in outs {
+        for (c, (b, n)) in o.garbage {
+            let e = garbage.entry(c).or_insert((0, 0));
+            e.0 += b;
+            e.1 += n;
+        }
+        for (c, l) in o.live_lists {
+            live_lists.entry(c).or_default().extend(l);
+        }
+        for (i, s) in o.pt_shadow.into_iter().enumerate() {
+            pt_shadow[i].extend(s);
+        }
+        parts.push(o.map);
+    }
+    for p in &dead_pts {
+        add_garbage(&mut garbage, p.chunk, p.size);
+    }
+    let mut prefix_tombs = Vec::new();
+    for (p, mut shadow) in live_pts.into_iter().zip(pt_shadow) {
+        shadow.sort_unstable();
+        shadow.dedup();
+        if shadow.is_empty() {
+            add_garbage(&mut garbage, p.chunk, p.size);
+        } else {
+            live_lists
+                .entry(p.chunk)
+                .or_default()
+                .push((p.prefix.clone(), p.seq));
+            prefix_tombs.push(PrefixTomb {
+                prefix: p.prefix,
+                seq: p.seq,
+                chunk: p.chunk,
+                size: p.size,
+                shadow,
+            });
+        }
+    }
+    prefix_tombs.sort_by_key(|p| p.seq);
+    let mut chunks = BTreeMap::new();
+    for f in &files {
+        let (gb, gn) = garbage.get(&f.seq).copied().unwrap_or((0, 0));
+        let mut info = ChunkInfo::new(f.kind, ChunkState::Sealed);
+        info.file_bytes = f.valid_len;
+        info.garbage_bytes = gb;
+        info.garbage_records = gn;
+        info.live_bytes = f.record_bytes.saturating_sub(gb);
+        info.live_records = f.records.saturating_sub(gn);
+        info.max_rec_seq = f.max_rec_seq;
+        let mut recs = live_lists.remove(&f.seq).unwrap_or_default();
+        recs.sort_by_key(|r| r.1);
+        info.records = recs;
+        chunks.insert(f.seq, info);
+    }
+    let index = Index::from_parts(parts, prefix_tombs, chunks);
+    report.live_records = index.counts().0;
+    report.elapsed = t0.elapsed();
+    tracing::info!(
+        chunks = report.chunks_loaded,
+        records = report.records_loaded,
+        bytes = report.bytes_loaded,
+        live = report.live_records,
+        secs = report.elapsed.as_secs_f64(),
+        "hot restart reload done"
+    );
+    Ok(Loaded {
+        index,
+        next_seq,
+        next_chunk_seq: max_chunk_seq + 1,
+        report,
+    })
+}

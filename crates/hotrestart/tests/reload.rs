@@ -1,0 +1,235 @@
+//! Reload tests: torn active tails are cut and reported, corruption in a sealed
+//! chunk is an error naming file and offset, unfinished GC output is ignored,
+//! parallelism does not change the result, metadata survives, the lock holds.
+
+mod common;
+
+use std::fs::OpenOptions;
+use std::io::{Read, Seek, SeekFrom, Write};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tickdb_hotrestart::{Config, Error, Store};
+
+fn active_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".active"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn torn_active_tail_is_truncated_and_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = Config {
+        chunk_size_bytes: 1024 * 1024,
+        ..common::small_config()
+    };
+    let (store, _) = Store::open(dir.path(), cfg.clone()).unwrap();
+    for k in 0..10u32 {
+        store.put(format!("t/{k}").as_bytes(), &[1u8; 50]).unwrap();
+    }
+    store.sync().unwrap();
+    for k in 10..20u32 {
+        store.put(format!("t/{k}").as_bytes(), &[2u8; 50]).unwrap();
+    }
+    // Hand the unsynced records to the OS, then "crash".
+    drop(store);
+    let files = active_files(dir.path());
+    assert_eq!(files.len(), 1);
+    let path = files[0].clone();
+    let len = std::fs::metadata(&path).unwrap().len();
+    // Cut in the middle of the last record.
+    let cut = len - 30;
+    OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(cut)
+        .unwrap();
+    let (store, report) = Store::open(dir.path(), cfg.clone()).unwrap();
+    assert_eq!(report.torn_tails.len(), 1, "{report:?}");
+    let t = &report.torn_tails[0];
+    assert_eq!(t.file, path);
+    // The last record ("t/19", 50 bytes of value) is 24 + 4 + 50 = 78 bytes.
+    assert_eq!(t.offset, len - 78);
+    assert_eq!(t.bytes_dropped, cut - (len - 78));
+    assert_eq!(store.get(b"t/18"), Some(vec![2u8; 50]));
+    assert_eq!(store.get(b"t/19"), None);
+    assert_eq!(store.stats().live_records, 19);
+    // The file was truncated and sealed: a second reload finds nothing to repair.
+    drop(store);
+    assert!(active_files(dir.path()).is_empty());
+    let (store, report) = Store::open(dir.path(), cfg).unwrap();
+    assert!(report.torn_tails.is_empty());
+    assert_eq!(store.stats().live_records, 19);
+}
+
+#[test]
+fn corruption_in_sealed_chunk_names_file_and_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = common::small_config();
+    let (store, _) = Store::open(dir.path(), cfg.clone()).unwrap();
+    for k in 0..200u32 {
+        store.put(format!("t/{k}").as_bytes(), &[3u8; 100]).unwrap();
+    }
+    store.close().unwrap();
+    let mut sealed: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".val"))
+        .collect();
+    sealed.sort();
+    let victim = sealed[1].clone();
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&victim)
+        .unwrap();
+    let mut b = [0u8; 1];
+    f.seek(SeekFrom::Start(500)).unwrap();
+    f.read_exact(&mut b).unwrap();
+    f.seek(SeekFrom::Start(500)).unwrap();
+    f.write_all(&[b[0] ^ 0x10]).unwrap();
+    drop(f);
+    match Store::open(dir.path(), cfg) {
+        Err(Error::Corrupt {
+            file,
+            offset,
+            reason,
+        }) => {
+            assert_eq!(file, victim);
+            assert!((32..=500).contains(&offset), "offset {offset}");
+            eprintln!("refused as expected: offset {offset}: {reason}");
+        }
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(_) => panic!("corrupt sealed chunk accepted"),
+    }
+}
+
+#[test]
+fn unfinished_gc_output_is_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = common::small_config();
+    let (store, _) = Store::open(dir.path(), cfg.clone()).unwrap();
+    store.put(b"t/a", b"1").unwrap();
+    store.close().unwrap();
+    let tmp = dir.path().join("chunk-00000000000000ff.val.gctmp");
+    // A half-written GC output, holding a record that must not come back.
+    let mut bytes =
+        tickdb_hotrestart::format::encode_header(tickdb_hotrestart::ChunkKind::Value, 1, 0xff)
+            .to_vec();
+    tickdb_hotrestart::format::encode_record(
+        &mut bytes,
+        999,
+        tickdb_hotrestart::RecordKind::Value,
+        b"t/ghost",
+        b"boo",
+    );
+    bytes.truncate(bytes.len() - 2);
+    std::fs::write(&tmp, &bytes).unwrap();
+    let (store, report) = Store::open(dir.path(), cfg).unwrap();
+    assert_eq!(report.gc_temp_files_removed, vec![tmp.clone()]);
+    assert!(!tmp.exists());
+    assert_eq!(store.get(b"t/ghost"), None);
+    assert_eq!(store.get(b"t/a"), Some(b"1".to_vec()));
+}
+
+#[test]
+fn parallelism_gives_identical_state() {
+    let seed = common::seed("parallelism_gives_identical_state");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let src = tempfile::tempdir().unwrap();
+    let cfg = Config {
+        chunk_size_bytes: 16 * 1024,
+        ..common::small_config()
+    };
+    let (store, _) = Store::open(src.path(), cfg.clone()).unwrap();
+    for i in 0..20_000u32 {
+        let table = ["q/", "t/", "k/"][rng.random_range(0..3)];
+        let key = format!("{table}{}", rng.random_range(0..3000u32)).into_bytes();
+        match rng.random_range(0..100) {
+            0..70 => store
+                .put(&key, &i.to_le_bytes().repeat(rng.random_range(1..20)))
+                .unwrap(),
+            70..98 => {
+                store.remove(&key).unwrap();
+            }
+            _ => {
+                store
+                    .clear_prefix(format!("{table}{}", rng.random_range(0..10u32)).as_bytes())
+                    .unwrap();
+            }
+        }
+        if i % 5000 == 4999 {
+            store.run_gc_cycle().unwrap();
+        }
+    }
+    store.set_meta_u64(b"applied", 42).unwrap();
+    store.close().unwrap();
+    let mut states = Vec::new();
+    for (parallelism, partitions) in [(1, 1), (2, 4), (4, 3), (8, 16)] {
+        let dir = tempfile::tempdir().unwrap();
+        common::copy_dir(src.path(), dir.path());
+        let cfg = Config {
+            parallelism,
+            partitions,
+            progress: true,
+            ..cfg.clone()
+        };
+        let (store, report) = Store::open(dir.path(), cfg).unwrap();
+        eprintln!(
+            "parallelism {parallelism} partitions {partitions}: {} chunks, {} records, {:.1} MB/s",
+            report.chunks_loaded,
+            report.records_loaded,
+            report.bytes_per_sec() / 1e6
+        );
+        let s = store.stats();
+        states.push((
+            common::dump(&store),
+            s.chunks,
+            s.tombstones,
+            s.prefix_tombstones,
+            store.meta_u64(b"applied"),
+        ));
+    }
+    assert_eq!(states[0].4, Some(42));
+    for s in &states[1..] {
+        assert!(s == &states[0], "reload state depends on parallelism");
+    }
+}
+
+#[test]
+fn metadata_and_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = common::small_config();
+    let (store, _) = Store::open(dir.path(), cfg.clone()).unwrap();
+    assert!(matches!(
+        Store::open(dir.path(), cfg.clone()),
+        Err(Error::Locked(_))
+    ));
+    store.put(b"t/x", b"y").unwrap();
+    store.set_meta_u64(b"applied", 7).unwrap();
+    store.sync().unwrap();
+    assert!(matches!(
+        store.put(tickdb_hotrestart::META_KEY_PREFIX, b"no"),
+        Err(Error::InvalidInput(_))
+    ));
+    assert!(matches!(
+        store.clear_prefix(b""),
+        Err(Error::InvalidInput(_))
+    ));
+    assert_eq!(
+        store.iter_prefix(b"").count(),
+        1,
+        "metadata is not user data"
+    );
+    let lengths = store.simulate_crash(false);
+    assert!(!lengths.is_empty());
+    let (store, _) = Store::open(dir.path(), cfg).unwrap();
+    assert_eq!(store.meta_u64(b"applied"), Some(7));
+    assert_eq!(store.get(b"t/x"), Some(b"y".to_vec()));
+}
