@@ -1,12 +1,22 @@
 #!/usr/bin/env bash
 # Regenerates docs/benchmarks.md: builds the release binary, then runs every
-# benchmark with its peer in the same run (QuestDB from Maven Central, which
-# needs java and, on first use, network access to download the jar; dd).
+# benchmark with its peer in the same run: ingest, latency and journal
+# (`tickdb bench report`: QuestDB from Maven Central, which needs java and,
+# on first use, network access to download the jar; dd), then SQL
+# (scripts/bench_query.py: QuestDB and DuckDB).
 #
-#   scripts/bench.sh            full sizes (about 10 minutes on 2 cores)
-#   scripts/bench.sh --quick    small sizes, one repeat (about 2 minutes)
-#   scripts/bench.sh --no-questdb
+#   scripts/bench.sh                full sizes (about 20 minutes on 2 cores)
+#   scripts/bench.sh --quick        small sizes, one repeat (about 4 minutes)
+#   scripts/bench.sh --no-questdb   without QuestDB
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [[ ! -x .venv/bin/python ]]; then
+    python3 -m venv .venv
+fi
+if [[ ! -f .venv/.requirements-installed ]] || ! cmp -s tests/requirements.txt .venv/.requirements-installed; then
+    .venv/bin/python -m pip install --quiet -r tests/requirements.txt
+    cp tests/requirements.txt .venv/.requirements-installed
+fi
 cargo build --release -p tickdb
-exec target/release/tickdb bench report "$@"
+target/release/tickdb bench report "$@"
+.venv/bin/python scripts/bench_query.py "$@" --append docs/benchmarks.md

@@ -168,14 +168,16 @@ class Cluster:
         http = ports.get("http", free_port())
         ilp = ports.get("ilp", free_port())
         tp = ports.get("tp", free_port())
+        pg = ports.get("pg", free_port())
         data_dir = data_dir or self.tmp / "data"
         p = Proc(
             ["up", "--http-port", str(http), "--ilp-port", str(ilp), "--tp-port", str(tp),
-             "--data-dir", str(data_dir), *extra],
+             "--pg-port", str(pg), "--data-dir", str(data_dir), *extra],
             self._log("up"),
             http_port=int(str(http).split(",")[-1]),
         )
         p.ilp_port, p.tp_port, p.data_dir = ilp, tp, data_dir
+        p.pg_port = int(str(pg).split(",")[-1])
         self.procs.append(p)
         return p.start() if start else p
 
@@ -196,11 +198,13 @@ class Cluster:
 
     def rdb(self, tp_port: int, http: str | int | None = None, extra: list[str] = (), start: bool = True) -> Proc:
         http = http if http is not None else free_port()
+        pg = free_port()
         p = Proc(
-            ["rdb", "--tp", f"127.0.0.1:{tp_port}", "--http-port", str(http), *extra],
+            ["rdb", "--tp", f"127.0.0.1:{tp_port}", "--http-port", str(http), "--pg-port", str(pg), *extra],
             self._log("rdb"),
             http_port=int(str(http).split(",")[-1]),
         )
+        p.pg_port = pg
         self.procs.append(p)
         return p.start() if start else p
 

@@ -43,6 +43,9 @@ pub fn start_tickdb(
         .arg(&data_dir)
         .args(extra)
         .env("TICKDB_LOG", "warn");
+    if role == "up" {
+        cmd.args(["--pg-port", &free_port()?.to_string()]);
+    }
     let mut child = Child::spawn(
         &format!("tickdb {role}"),
         &mut cmd,

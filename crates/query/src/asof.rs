@@ -130,6 +130,49 @@ fn parse_expr(sql: &str) -> Result<ast::Expr> {
         .map_err(|e| DataFusionError::SQL(Box::new(e), None))
 }
 
+fn unnest(mut e: &ast::Expr) -> &ast::Expr {
+    while let ast::Expr::Nested(inner) = e {
+        e = inner;
+    }
+    e
+}
+
+/// `cmp AND a - b <= tol` → (cmp, Some((a, b, strict, tol))); `cmp` alone
+/// → (cmp, None).
+type Tolerance<'a> = Option<(&'a ast::Expr, &'a ast::Expr, bool, &'a ast::Expr)>;
+
+fn split_tolerance(cond: &ast::Expr) -> Result<(&ast::Expr, Tolerance<'_>)> {
+    let ast::Expr::BinaryOp {
+        left,
+        op: BinaryOperator::And,
+        right,
+    } = cond
+    else {
+        return Ok((cond, None));
+    };
+    let tol = unnest(right);
+    if let ast::Expr::BinaryOp {
+        left: diff,
+        op: op @ (BinaryOperator::LtEq | BinaryOperator::Lt),
+        right: limit,
+    } = tol
+    {
+        if let ast::Expr::BinaryOp {
+            left: a,
+            op: BinaryOperator::Minus,
+            right: b,
+        } = unnest(diff)
+        {
+            let strict = matches!(op, BinaryOperator::Lt);
+            return Ok((unnest(left), Some((a, b, strict, limit))));
+        }
+    }
+    plan_err!(
+        "ASOF JOIN MATCH_CONDITION takes the time comparison and optionally a tolerance, \
+         e.g. (t.time >= q.time AND t.time - q.time <= INTERVAL '1 second'); got {cond}"
+    )
+}
+
 fn rewrite_joins(twj: &mut TableWithJoins) -> Result<()> {
     if let TableFactor::NestedJoin {
         table_with_joins, ..
@@ -151,10 +194,7 @@ fn rewrite_joins(twj: &mut TableWithJoins) -> Result<()> {
         else {
             continue;
         };
-        let mut cond = match_condition;
-        while let ast::Expr::Nested(inner) = cond {
-            cond = inner;
-        }
+        let (cond, tolerance) = split_tolerance(unnest(match_condition))?;
         let marker = match cond {
             ast::Expr::BinaryOp { left, op, right }
                 if matches!(
@@ -162,7 +202,28 @@ fn rewrite_joins(twj: &mut TableWithJoins) -> Result<()> {
                     BinaryOperator::GtEq | BinaryOperator::Gt | BinaryOperator::LtEq | BinaryOperator::Lt
                 ) =>
             {
-                format!("{MARKER}({left}, {right}, '{op}')")
+                match tolerance {
+                    None => format!("{MARKER}({left}, {right}, '{op}')"),
+                    Some((a, b, strict, tol)) => {
+                        // The difference must be of the compared times,
+                        // the later one first.
+                        let later_first = match op {
+                            BinaryOperator::GtEq | BinaryOperator::Gt => (left, right),
+                            _ => (right, left),
+                        };
+                        if a.to_string() != later_first.0.to_string()
+                            || b.to_string() != later_first.1.to_string()
+                        {
+                            return plan_err!(
+                                "ASOF JOIN tolerance must read `{} - {} <= <interval>`, got `{a} - {b}`",
+                                later_first.0,
+                                later_first.1
+                            );
+                        }
+                        let op2 = if strict { "<" } else { "<=" };
+                        format!("{MARKER}({left}, {right}, '{op}', {tol}, '{op2}')")
+                    }
+                }
             }
             other => {
                 return plan_err!(
@@ -283,6 +344,9 @@ pub struct AsofJoinNode {
     left_time: Expr,
     right_time: Expr,
     op: AsofOp,
+    /// Largest allowed distance between matched times, in nanoseconds
+    /// (inclusive); a farther match counts as none.
+    tolerance: Option<i64>,
     schema: DFSchemaRef,
 }
 
@@ -321,6 +385,9 @@ impl UserDefinedLogicalNodeCore for AsofJoinNode {
             self.op.sql(),
             self.right_time
         )?;
+        if let Some(t) = self.tolerance {
+            write!(f, " within {t} ns")?;
+        }
         for (l, r) in self.left_keys.iter().zip(&self.right_keys) {
             write!(f, ", {l} = {r}")?;
         }
@@ -354,6 +421,7 @@ impl UserDefinedLogicalNodeCore for AsofJoinNode {
             left_time,
             right_time,
             op: self.op,
+            tolerance: self.tolerance,
             schema,
         })
     }
@@ -427,13 +495,25 @@ fn to_node(j: datafusion::logical_expr::Join) -> Result<LogicalPlan> {
         left_keys.push(l);
         right_keys.push(r);
     }
-    let mut time: Option<(Expr, Expr, AsofOp)> = None;
+    let mut time: Option<(Expr, Expr, AsofOp, Option<i64>)> = None;
     for c in split_conjunction_owned(
         j.filter
             .unwrap_or(Expr::Literal(ScalarValue::Boolean(Some(true)), None)),
     ) {
         match c {
             Expr::ScalarFunction(ScalarFunction { func, args }) if func.name() == MARKER => {
+                let mut args = args;
+                let tolerance = match args.len() {
+                    3 => None,
+                    5 => {
+                        let strict = args.pop().expect("5 args");
+                        let tol = args.pop().expect("5 args");
+                        let strict = matches!(&strict, Expr::Literal(v, _) if v.to_string().trim_matches('\'') == "<");
+                        let ns = tolerance_ns(&tol)?;
+                        Some(if strict { ns - 1 } else { ns })
+                    }
+                    _ => return plan_err!("{MARKER} takes 3 or 5 arguments"),
+                };
                 let [a, b, op] = <[Expr; 3]>::try_from(args)
                     .map_err(|_| plan_datafusion_err!("{MARKER} takes 3 arguments"))?;
                 let op = match &op {
@@ -444,8 +524,8 @@ fn to_node(j: datafusion::logical_expr::Join) -> Result<LogicalPlan> {
                     plan_datafusion_err!("ASOF JOIN: bad MATCH_CONDITION operator {op}")
                 })?;
                 let t = match (side(&a, &left, &right), side(&b, &left, &right)) {
-                    (Some(true), Some(false)) => (a, b, op),
-                    (Some(false), Some(true)) => (b, a, op.flip()),
+                    (Some(true), Some(false)) => (a, b, op, tolerance),
+                    (Some(false), Some(true)) => (b, a, op.flip(), tolerance),
                     _ => {
                         return plan_err!(
                             "ASOF JOIN MATCH_CONDITION must compare a time of the left side with one of the right side, got {a} and {b}"
@@ -483,7 +563,7 @@ fn to_node(j: datafusion::logical_expr::Join) -> Result<LogicalPlan> {
             }
         }
     }
-    let (left_time, right_time, op) =
+    let (left_time, right_time, op, tolerance) =
         time.ok_or_else(|| plan_datafusion_err!("ASOF JOIN without MATCH_CONDITION"))?;
     Ok(LogicalPlan::Extension(Extension {
         node: Arc::new(AsofJoinNode {
@@ -494,9 +574,39 @@ fn to_node(j: datafusion::logical_expr::Join) -> Result<LogicalPlan> {
             left_time,
             right_time,
             op,
+            tolerance,
             schema: j.schema,
         }),
     }))
+}
+
+/// A tolerance literal (an interval without months, or an integer number
+/// of nanoseconds) in nanoseconds.
+fn tolerance_ns(e: &Expr) -> Result<i64> {
+    let mut e = e;
+    while let Expr::Cast(c) = e {
+        e = &c.expr;
+    }
+    let ns = match e {
+        Expr::Literal(ScalarValue::IntervalMonthDayNano(Some(v)), _) if v.months == 0 => {
+            i64::from(v.days)
+                .checked_mul(86_400_000_000_000)
+                .and_then(|d| d.checked_add(v.nanoseconds))
+        }
+        Expr::Literal(ScalarValue::IntervalDayTime(Some(v)), _) => i64::from(v.days)
+            .checked_mul(86_400_000_000_000)
+            .and_then(|d| d.checked_add(i64::from(v.milliseconds) * 1_000_000)),
+        Expr::Literal(ScalarValue::Int64(Some(v)), _) => Some(*v),
+        Expr::Literal(ScalarValue::Int32(Some(v)), _) => Some(i64::from(*v)),
+        Expr::Literal(ScalarValue::UInt64(Some(v)), _) => i64::try_from(*v).ok(),
+        _ => None,
+    };
+    match ns {
+        Some(ns) if ns >= 0 => Ok(ns),
+        _ => plan_err!(
+            "ASOF JOIN tolerance must be a constant non-negative interval without months (e.g. INTERVAL '500 milliseconds') or a number of nanoseconds, got {e}"
+        ),
+    }
 }
 
 /// Replaces marked left joins with `AsofJoinNode`s.
@@ -565,6 +675,7 @@ impl ExtensionPlanner for AsofPlanner {
             phys(&n.left_time, ls)?,
             phys(&n.right_time, rs)?,
             n.op,
+            n.tolerance,
             Arc::new(n.schema.as_arrow().clone()),
         );
         Ok(Some(Arc::new(exec)))
@@ -572,8 +683,17 @@ impl ExtensionPlanner for AsofPlanner {
 }
 
 /// The session's query planner: DataFusion's, plus the as-of join.
-#[derive(Debug, Default)]
-pub struct TickQueryPlanner;
+#[derive(Debug)]
+pub struct TickQueryPlanner {
+    /// Every physical plan gets this time limit, counted from planning.
+    timeout: std::time::Duration,
+}
+
+impl TickQueryPlanner {
+    pub fn new(timeout: std::time::Duration) -> Self {
+        TickQueryPlanner { timeout }
+    }
+}
 
 #[async_trait::async_trait]
 impl datafusion::execution::context::QueryPlanner for TickQueryPlanner {
@@ -582,16 +702,19 @@ impl datafusion::execution::context::QueryPlanner for TickQueryPlanner {
         logical_plan: &LogicalPlan,
         session: &dyn Session,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        DefaultPhysicalPlanner::with_extension_planners(vec![Arc::new(AsofPlanner)])
+        let plan = DefaultPhysicalPlanner::with_extension_planners(vec![Arc::new(AsofPlanner)])
             .create_physical_plan(logical_plan, session)
-            .await
+            .await?;
+        // Here, not in one front, so that HTTP and pgwire (whose library
+        // executes prepared statements itself) get the same limit.
+        crate::deadline::wrap(plan, std::time::Instant::now() + self.timeout, self.timeout)
     }
 }
 
 /// The marker UDF, for registration in a session.
 pub fn marker_udf() -> ScalarUDF {
     ScalarUDF::from(AsofMarker {
-        signature: Signature::any(3, Volatility::Immutable),
+        signature: Signature::variadic_any(Volatility::Immutable),
     })
 }
 
@@ -611,6 +734,7 @@ pub struct AsofJoinExec {
     left_time: PExpr,
     right_time: PExpr,
     op: AsofOp,
+    tolerance: Option<i64>,
     schema: SchemaRef,
     properties: Arc<PlanProperties>,
     right_side: Mutex<Option<SharedRight>>,
@@ -632,11 +756,23 @@ impl AsofJoinExec {
         left_time: PExpr,
         right_time: PExpr,
         op: AsofOp,
+        tolerance: Option<i64>,
         schema: SchemaRef,
     ) -> AsofJoinExec {
         let partitions = left.output_partitioning().partition_count();
+        // Left rows come out in their input order, as the output's first
+        // columns at the same indices: the left side's ordering holds for
+        // the output, so a sort the optimizer pushed below the join is
+        // still seen above it.
+        let eq = match left.output_ordering() {
+            Some(ord) => EquivalenceProperties::new_with_orderings(
+                schema.clone(),
+                [ord.iter().cloned().collect::<Vec<_>>()],
+            ),
+            None => EquivalenceProperties::new(schema.clone()),
+        };
         let properties = Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(schema.clone()),
+            eq,
             Partitioning::UnknownPartitioning(partitions),
             EmissionType::Incremental,
             Boundedness::Bounded,
@@ -649,6 +785,7 @@ impl AsofJoinExec {
             left_time,
             right_time,
             op,
+            tolerance,
             schema,
             properties,
             right_side: Mutex::new(None),
@@ -741,6 +878,7 @@ impl ExecutionPlan for AsofJoinExec {
             self.left_time.clone(),
             self.right_time.clone(),
             self.op,
+            self.tolerance,
             self.schema.clone(),
         )))
     }
@@ -766,6 +904,7 @@ impl ExecutionPlan for AsofJoinExec {
             keys: self.left_keys.clone(),
             time: self.left_time.clone(),
             op: self.op,
+            tolerance: self.tolerance,
             schema: self.schema.clone(),
             cache: DictCache::default(),
         };
@@ -1002,7 +1141,7 @@ struct Run {
 }
 
 impl Run {
-    fn find(&self, t: i64, op: AsofOp) -> Option<(u32, u32)> {
+    fn find(&self, t: i64, op: AsofOp, tolerance: Option<i64>) -> Option<(u32, u32)> {
         let len = self.times.len();
         let i = match op {
             AsofOp::Ge => self.times.partition_point(|&x| x <= t).checked_sub(1)?,
@@ -1010,6 +1149,11 @@ impl Run {
             AsofOp::Le => Some(self.times.partition_point(|&x| x < t)).filter(|&p| p < len)?,
             AsofOp::Lt => Some(self.times.partition_point(|&x| x <= t)).filter(|&p| p < len)?,
         };
+        if let Some(tol) = tolerance {
+            if (i128::from(t) - i128::from(self.times[i])).abs() > i128::from(tol) {
+                return None;
+            }
+        }
         Some(self.locs[i])
     }
 
@@ -1111,6 +1255,7 @@ struct Probe {
     keys: Vec<PExpr>,
     time: PExpr,
     op: AsofOp,
+    tolerance: Option<i64>,
     schema: SchemaRef,
     cache: DictCache,
 }
@@ -1136,7 +1281,7 @@ impl Probe {
                 (Some(g), true) => side
                     .runs
                     .get(*g as usize)
-                    .and_then(|run| run.find(times.value(r), self.op)),
+                    .and_then(|run| run.find(times.value(r), self.op, self.tolerance)),
                 _ => None,
             };
             take.push(loc.map(|(b, r)| (b as usize, r as usize)).unwrap_or(null));

@@ -242,6 +242,32 @@ fn plain(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> {
     RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)
 }
 
+/// Dictionary columns re-encoded so each dictionary holds every value once.
+/// Operators that concatenate batches (sorts, merges, aggregations over
+/// several chunks) append dictionaries, which Arrow allows but pandas does
+/// not: it refuses categoricals with repeated categories.
+fn unique_dictionaries(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> {
+    if !batch
+        .schema()
+        .fields()
+        .iter()
+        .any(|f| matches!(f.data_type(), DataType::Dictionary(_, _)))
+    {
+        return Ok(batch.clone());
+    }
+    let cols = batch
+        .schema()
+        .fields()
+        .iter()
+        .zip(batch.columns())
+        .map(|(f, c)| match f.data_type() {
+            DataType::Dictionary(_, v) => cast(&cast(c, v)?, f.data_type()),
+            _ => Ok(c.clone()),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    RecordBatch::try_new(batch.schema(), cols)
+}
+
 /// CSV with a header row; timestamps as RFC 3339 with nanoseconds.
 pub fn csv(result: &QueryResult) -> Vec<u8> {
     let mut buf = Vec::new();
@@ -285,7 +311,7 @@ pub fn arrow_ipc(result: &QueryResult) -> Vec<u8> {
         let mut w =
             datafusion::arrow::ipc::writer::StreamWriter::try_new(&mut buf, &result.schema)?;
         for b in &result.batches {
-            w.write(b)?;
+            w.write(&unique_dictionaries(b)?)?;
         }
         w.finish()
     })();

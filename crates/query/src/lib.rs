@@ -10,6 +10,7 @@ pub mod asof;
 pub mod deadline;
 pub mod encode;
 mod error;
+pub mod pg;
 pub mod provider;
 pub mod udf;
 
@@ -125,7 +126,7 @@ impl QueryEngine {
             .with_config(config)
             .with_runtime_env(runtime)
             .with_default_features()
-            .with_query_planner(Arc::new(asof::TickQueryPlanner))
+            .with_query_planner(Arc::new(asof::TickQueryPlanner::new(opts.timeout)))
             .build();
         let ctx = SessionContext::new_with_state(state);
         for t in &store.schema().tables {
@@ -137,6 +138,14 @@ impl QueryEngine {
         }
         udf::register(&ctx);
         asof::register(&ctx);
+        // pg_catalog (pg_class, pg_attribute, ...) and the functions psql's
+        // \d and \dt call; harmless to HTTP users, who may query it too.
+        datafusion_postgres::datafusion_pg_catalog::setup_pg_catalog(
+            &ctx,
+            "datafusion",
+            datafusion_postgres::datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider,
+        )
+        .map_err(|e| QueryError::Internal(format!("pg_catalog: {e}")))?;
         Ok(QueryEngine {
             inner: Arc::new(Inner { ctx, opts, store }),
         })
@@ -161,10 +170,28 @@ impl QueryEngine {
         self.plan_df(sql).await.map_err(QueryError::from)
     }
 
+    /// Plans a statement parsed elsewhere (the pgwire front parses with
+    /// its Postgres-compatible parser) exactly as `plan` would.
+    pub async fn plan_statement(
+        &self,
+        statement: datafusion::sql::sqlparser::ast::Statement,
+    ) -> Result<DataFrame, QueryError> {
+        let statement = datafusion::sql::parser::Statement::Statement(Box::new(statement));
+        self.plan_parsed(statement).await.map_err(QueryError::from)
+    }
+
     async fn plan_df(&self, sql: &str) -> Result<DataFrame, DataFusionError> {
         let state = self.inner.ctx.state();
         let dialect = state.config().options().sql_parser.dialect;
-        let mut statement = state.sql_to_statement(sql, &dialect)?;
+        let statement = state.sql_to_statement(sql, &dialect)?;
+        self.plan_parsed(statement).await
+    }
+
+    async fn plan_parsed(
+        &self,
+        mut statement: datafusion::sql::parser::Statement,
+    ) -> Result<DataFrame, DataFusionError> {
+        let state = self.inner.ctx.state();
         asof::rewrite(&mut statement)?;
         let plan = state.statement_to_plan(statement).await?;
         SQLOptions::new()
@@ -175,17 +202,16 @@ impl QueryEngine {
         self.inner.ctx.execute_logical_plan(plan).await
     }
 
-    /// Plans a statement into a physical plan whose every node fails once
-    /// `deadline` has passed.
+    /// Plans a statement into a physical plan; the engine's query planner
+    /// wraps every node in a deadline check (`deadline`), whichever front
+    /// (HTTP, pgwire) asked for the plan.
     async fn physical(
         &self,
         sql: &str,
-        deadline: std::time::Instant,
     ) -> Result<(Arc<dyn ExecutionPlan>, Arc<TaskContext>), DataFusionError> {
         let df = self.plan_df(sql).await?;
         let (state, logical) = df.into_parts();
         let plan = state.create_physical_plan(&logical).await?;
-        let plan = deadline::wrap(plan, deadline, self.inner.opts.timeout)?;
         Ok((plan, Arc::new(TaskContext::from(&state))))
     }
 
@@ -199,9 +225,8 @@ impl QueryEngine {
     /// Runs a query to completion under the time and memory limits.
     pub async fn query(&self, sql: &str) -> Result<QueryResult, QueryError> {
         let timeout = self.inner.opts.timeout;
-        let deadline = std::time::Instant::now() + timeout;
         let run = async {
-            let (plan, task) = self.physical(sql, deadline).await?;
+            let (plan, task) = self.physical(sql).await?;
             let schema = plan.schema();
             let batches = datafusion::physical_plan::collect(plan, task).await?;
             Ok::<_, DataFusionError>((schema, batches))
@@ -228,9 +253,8 @@ impl QueryEngine {
         sql: &str,
     ) -> Result<(SchemaRef, SendableRecordBatchStream), QueryError> {
         let timeout = self.inner.opts.timeout;
-        let deadline = std::time::Instant::now() + timeout;
         let planned = async {
-            let (plan, task) = self.physical(sql, deadline).await?;
+            let (plan, task) = self.physical(sql).await?;
             datafusion::physical_plan::execute_stream(plan, task)
         };
         let stream = match tokio::time::timeout(timeout + DEADLINE_GRACE, planned).await {

@@ -132,6 +132,63 @@ async fn asof_join_matches_brute_force() {
         assert_eq!(got.len(), trades.len(), "{op}");
         assert_eq!(got, want, "{op}");
     }
+    // A tolerance drops matches farther than it, inclusive with <=,
+    // exclusive with <; in both directions of the comparison.
+    for (op, diff, tol_op, tol) in [
+        (">=", "t.time - q.time", "<=", 2_000_000i64),
+        (">=", "t.time - q.time", "<", 2_000_000),
+        ("<=", "q.time - t.time", "<=", 1_500_000),
+    ] {
+        let sql = format!(
+            "SELECT t.time, t.sym, t.size, q.bid FROM trade t ASOF JOIN quote q \
+             MATCH_CONDITION (t.time {op} q.time AND {diff} {tol_op} {tol}) ON t.sym = q.sym"
+        );
+        let got = sorted(rows(&e, &sql).await);
+        let mut dropped = 0;
+        let want = sorted(
+            trades
+                .iter()
+                .map(|t| {
+                    let m = brute(t, &quotes, op).filter(|&i| {
+                        let d = (t.time - quotes[i].time).abs();
+                        let ok = if tol_op == "<" { d < tol } else { d <= tol };
+                        dropped += usize::from(!ok);
+                        ok
+                    });
+                    json!([
+                        encode::rfc3339_nanos(t.time),
+                        t.sym,
+                        t.size,
+                        m.map(|i| json!(quotes[i].bid)).unwrap_or(Value::Null),
+                    ])
+                })
+                .collect(),
+        );
+        assert!(dropped > 0, "{sql}: the tolerance dropped nothing");
+        assert_eq!(got, want, "{sql}");
+    }
+    let iv = sorted(
+        rows(
+            &e,
+            "SELECT t.time, q.bid FROM trade t ASOF JOIN quote q \
+             MATCH_CONDITION (t.time >= q.time AND t.time - q.time <= INTERVAL '2 milliseconds') ON t.sym = q.sym",
+        )
+        .await,
+    );
+    let ns = sorted(
+        rows(
+            &e,
+            "SELECT t.time, q.bid FROM trade t ASOF JOIN quote q \
+             MATCH_CONDITION (t.time >= q.time AND t.time - q.time <= 2000000) ON t.sym = q.sym",
+        )
+        .await,
+    );
+    assert_eq!(iv, ns);
+    let err = e
+        .query("SELECT * FROM trade t ASOF JOIN quote q MATCH_CONDITION (t.time >= q.time AND q.time - t.time <= 5) ON t.sym = q.sym")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("tolerance"), "{err}");
     // The condition written right-to-left means the same.
     let a = sorted(
         rows(

@@ -109,3 +109,45 @@ pub struct QueryArgs {
     #[arg(long, default_value_t = 1 << 30)]
     pub query_memory_bytes: usize,
 }
+
+#[derive(Args, Debug, Clone)]
+pub struct PgArgs {
+    /// User PostgreSQL clients log in as (MD5 password authentication).
+    #[arg(long, default_value = tickdb_query::pg::PG_USER_DEFAULT)]
+    pub pg_user: String,
+    /// Password of --pg-user. Prefer the environment variable, which keeps
+    /// it out of `ps`.
+    #[arg(
+        long,
+        env = "TICKDB_PG_PASSWORD",
+        hide_env_values = true,
+        default_value = tickdb_query::pg::PG_PASSWORD_DEFAULT
+    )]
+    pub pg_password: String,
+    /// Accept PostgreSQL clients with no password at all (trust). Off
+    /// unless given; meant for loopback-only test setups.
+    #[arg(long)]
+    pub pg_no_auth: bool,
+}
+
+impl PgArgs {
+    pub fn auth(&self) -> tickdb_query::pg::PgAuth {
+        if self.pg_no_auth {
+            tickdb_query::pg::PgAuth::Trust
+        } else {
+            tickdb_query::pg::PgAuth::Password {
+                user: self.pg_user.clone(),
+                password: self.pg_password.clone(),
+            }
+        }
+    }
+
+    /// For the start-up line: how clients log in (never the password).
+    pub fn describe(&self) -> String {
+        if self.pg_no_auth {
+            "no authentication".to_string()
+        } else {
+            format!("user {}, md5 password", self.pg_user)
+        }
+    }
+}

@@ -2,7 +2,7 @@
 //! start-up at once with one clear line), open the journal, start the
 //! servers, and stop cleanly on SIGINT/SIGTERM (final journal sync).
 
-use crate::cli::{FsyncArg, MemArgs, NetArgs, QueryArgs, SchemaArgs, TpArgs};
+use crate::cli::{FsyncArg, MemArgs, NetArgs, PgArgs, QueryArgs, SchemaArgs, TpArgs};
 use crate::http::{self, AppState};
 use clap::Args;
 use std::net::IpAddr;
@@ -29,6 +29,11 @@ pub struct UpArgs {
     /// HTTP: /write (ILP), /exec (SQL), /status, /metrics, /health.
     #[arg(long, default_value = "8700", value_name = "[rp,]PORT", value_parser = |s: &str| ListenSpec::parse(s).map_err(|e| e.to_string()))]
     pub http_port: ListenSpec,
+    /// PostgreSQL wire protocol (psql, psycopg, JDBC): SQL like /exec.
+    #[arg(long, default_value = "8712", value_name = "[rp,]PORT", value_parser = |s: &str| ListenSpec::parse(s).map_err(|e| e.to_string()))]
+    pub pg_port: ListenSpec,
+    #[command(flatten)]
+    pub pg: PgArgs,
     #[command(flatten)]
     pub tp: TpArgs,
     #[command(flatten)]
@@ -69,6 +74,11 @@ pub struct RdbArgs {
     /// several rdbs share one query port.
     #[arg(long, default_value = "8701", value_name = "[rp,]PORT", value_parser = |s: &str| ListenSpec::parse(s).map_err(|e| e.to_string()))]
     pub http_port: ListenSpec,
+    /// PostgreSQL wire protocol (psql, psycopg, JDBC): SQL like /exec.
+    #[arg(long, default_value = "8713", value_name = "[rp,]PORT", value_parser = |s: &str| ListenSpec::parse(s).map_err(|e| e.to_string()))]
+    pub pg_port: ListenSpec,
+    #[command(flatten)]
+    pub pg: PgArgs,
     /// Subscribe to these tables only (repeatable; default all).
     #[arg(long = "table")]
     pub tables: Vec<String>,
@@ -201,6 +211,7 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
     let http_l = bind(a.net.bind, &a.http_port, "HTTP").await?;
     let ilp_l = bind(a.net.bind, &a.tp.ilp_port, "ILP TCP").await?;
     let sub_l = bind(a.net.bind, &a.tp.tp_port, "tp subscriptions").await?;
+    let pg_l = bind(a.net.bind, &a.pg_port, "PostgreSQL").await?;
     let store = make_store(&schema, &a.mem)?;
     let tp = open_tp(&a.tp, Arc::new(schema), toml)?;
     let rdb = Rdb::new(store.clone());
@@ -216,18 +227,21 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
     let state = AppState {
         tp: Some(tp.clone()),
         rdb: Some(rdb),
-        query: Some(engine),
+        query: Some(engine.clone()),
         ready: ready.clone(),
     };
     tokio::spawn(serve_http(http_l, state));
     tokio::spawn(tickdb_tp::ilp_tcp::serve(ilp_l, tp.clone()));
     tokio::spawn(tickdb_tp::sub_server::serve(sub_l, tp.clone()));
+    tokio::spawn(tickdb_query::pg::serve(pg_l, engine, a.pg.auth()));
     tracing::info!(
-        "tickdb up: HTTP {}:{} (/write, /exec), ILP TCP {}, subscriptions {}, data {}",
+        "tickdb up: HTTP {}:{} (/write, /exec), ILP TCP {}, subscriptions {}, PostgreSQL {} ({}), data {}",
         a.net.bind,
         a.http_port,
         a.tp.ilp_port,
         a.tp.tp_port,
+        a.pg_port,
+        a.pg.describe(),
         a.tp.data_dir.display()
     );
     if let Some(rate) = a.demo_feed {
@@ -279,6 +293,7 @@ pub async fn tp(a: TpOnlyArgs) -> Result<(), String> {
 
 pub async fn rdb(a: RdbArgs) -> Result<(), String> {
     let http_l = bind(a.net.bind, &a.http_port, "HTTP").await?;
+    let pg_l = bind(a.net.bind, &a.pg_port, "PostgreSQL").await?;
     let interest = Interest {
         tables: a.tables.clone(),
         symbols: a.symbols.clone(),
@@ -318,15 +333,18 @@ pub async fn rdb(a: RdbArgs) -> Result<(), String> {
     let state = AppState {
         tp: None,
         rdb: Some(rdb.clone()),
-        query: Some(engine),
+        query: Some(engine.clone()),
         ready,
     };
     tokio::spawn(serve_http(http_l, state));
+    tokio::spawn(tickdb_query::pg::serve(pg_l, engine, a.pg.auth()));
     tracing::info!(
-        "tickdb rdb: following tp {}, HTTP {}:{}",
+        "tickdb rdb: following tp {}, HTTP {}:{}, PostgreSQL {} ({})",
         a.tp,
         a.net.bind,
-        a.http_port
+        a.http_port,
+        a.pg_port,
+        a.pg.describe()
     );
     let follow = tokio::spawn(remote::follow(rdb, a.tp.clone(), interest, Some(first)));
     tokio::select! {
