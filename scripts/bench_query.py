@@ -252,6 +252,7 @@ def main() -> int:
         con.execute("create table quote as select time, cast(sym as varchar) sym, bid, ask, bsize, asize from qdf")
 
         results = {}
+        disagree: list[str] = []
         for key, q in QUERIES.items():
             row = {}
             log(f"{key}: tickdb")
@@ -265,6 +266,10 @@ def main() -> int:
             log(f"{key}: DuckDB")
             row["duckdb"] = timed(lambda: con.execute(q["duckdb"]).fetchall(), a.repeats)
             results[key] = row
+            counts = {k: int(v[1][0][0]) for k, v in row.items()}
+            if len(set(counts.values())) != 1:
+                log(f"  WARNING: the systems disagree on the row count: {counts}")
+                disagree.append(f"{key}: {counts}")
             log(f"  medians: " + ", ".join(f"{k} {fmt_s(v[0])}" for k, v in row.items()))
             log(f"  answers: " + "; ".join(f"{k} {list(v[1][0])[:2]}" for k, v in row.items()))
 
@@ -297,6 +302,9 @@ def main() -> int:
             dd = row["duckdb"][0]
             md.append(f"| {QUERIES[key]['title']} | {fmt_s(tk)} | {fmt_s(qd)} | {fmt_s(dd)} | "
                       f"{'n/a' if qd is None else f'{qd / tk:.2f}x'} | {dd / tk:.2f}x |")
+        md.append("")
+        md.append("All systems returned the same counts for every query." if not disagree else
+                  "**The systems disagreed on counts:** " + "; ".join(disagree))
         md.append("")
         md.append("Load time through the same ILP client: " + ", ".join(f"{k} {v:.1f} s" for k, v in load.items())
                   + (" (tickdb with `--fsync never`, QuestDB with its default, no fsync on commit)." ))

@@ -189,6 +189,16 @@ def test_latest_by_symbol(loaded):
     assert_same(got, want, "latest by sym")
 
 
+def test_latest_shortcut_matches_duckdb(loaded):
+    """latest('quote'), the symbol-index shortcut: each symbol's last row to
+    arrive (DuckDB: arg_max over the insertion order)."""
+    db, con = loaded
+    got = tick(db, "select sym, time, bid, ask from latest('quote') order by sym")
+    want = duck(con, "select sym, arg_max(time, rowid) as time, arg_max(bid, rowid) as bid, "
+                     "arg_max(ask, rowid) as ask from quote group by sym order by sym")
+    assert_same(got, want, "latest('quote')")
+
+
 def test_empty_tables(cluster, rng):
     trows, _ = gen(rng, trades=200, quotes=0)
     db = cluster.up()

@@ -10,6 +10,7 @@ pub mod asof;
 pub mod deadline;
 pub mod encode;
 mod error;
+pub mod latest;
 pub mod pg;
 pub mod provider;
 pub mod udf;
@@ -129,13 +130,20 @@ impl QueryEngine {
             .with_query_planner(Arc::new(asof::TickQueryPlanner::new(opts.timeout)))
             .build();
         let ctx = SessionContext::new_with_state(state);
+        let mut tables = std::collections::HashMap::new();
         for t in &store.schema().tables {
-            let provider = provider::TickTable::new(store.clone(), t, opts.target_partitions);
-            ctx.register_table(TableReference::bare(t.name.as_str()), Arc::new(provider))
+            let provider = Arc::new(provider::TickTable::new(
+                store.clone(),
+                t,
+                opts.target_partitions,
+            ));
+            tables.insert(t.name.clone(), provider.clone());
+            ctx.register_table(TableReference::bare(t.name.as_str()), provider)
                 .map_err(|e| {
                     QueryError::Internal(format!("registering table '{}': {e}", t.name))
                 })?;
         }
+        ctx.register_udtf(latest::NAME, Arc::new(latest::LatestFunc { tables }));
         udf::register(&ctx);
         asof::register(&ctx);
         // pg_catalog (pg_class, pg_attribute, ...) and the functions psql's

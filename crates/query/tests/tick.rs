@@ -291,6 +291,40 @@ async fn asof_join_over_sealed_chunks() {
     assert_eq!(got, want);
 }
 
+/// `latest('quote')` gives each symbol's last row by arrival, found through
+/// the symbol index of sealed chunks plus a backward scan of the active one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn latest_row_per_symbol_through_the_index() {
+    let trades = gen_trades(10);
+    // Enough quotes for sealed chunks, and a symbol that only appears early
+    // (so the walk must reach old chunks for it).
+    let mut quotes = vec![Quote {
+        time: T0 - 1,
+        sym: "EARLY",
+        bid: -1.0,
+    }];
+    quotes.extend(gen_quotes(140_000));
+    let store: Arc<Store> = store_with(&trades);
+    add_quotes(&store, &quotes);
+    let e = engine(store);
+    let mut want: BTreeMap<&str, f64> = BTreeMap::new();
+    for q in &quotes {
+        want.insert(q.sym, q.bid);
+    }
+    let want: Vec<Value> = want.iter().map(|(s, b)| json!([s, b])).collect();
+    let got = rows(&e, "SELECT sym, bid FROM latest('quote') ORDER BY sym").await;
+    assert_eq!(got, want);
+    // The general form covers the same symbols.
+    let general = rows(
+        &e,
+        "SELECT sym, last_value(bid ORDER BY time) FROM quote GROUP BY sym ORDER BY sym",
+    )
+    .await;
+    assert_eq!(got.len(), general.len());
+    let err = e.query("SELECT * FROM latest('nope')").await.unwrap_err();
+    assert!(err.to_string().contains("no such table"), "{err}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vwap_and_buckets() {
     let trades = gen_trades(100_000);
