@@ -160,3 +160,22 @@ def test_query_timeout_over_pg(cluster, rng):
             c.execute("select count(*) from trade a, trade b, quote q where a.size + b.size > q.bsize")
         assert "timed out" in str(e.value) or "deadline" in str(e.value), str(e.value)
         assert c.execute("select count(*) from trade").fetchone()[0] == 2000
+    r = requests.get(d.url + "/exec", params={"query": "select count(*) from trade a, trade b, quote q "
+                                                       "where a.size + b.size > q.bsize"}, timeout=30)
+    assert r.status_code == 408 and r.json()["code"] == "timeout", r.text
+
+
+def test_memory_limit_over_http_and_pg(cluster, rng):
+    """A query over the memory limit is stopped with a clear error over each
+    protocol, and the server goes on answering."""
+    d = cluster.up(extra=["--query-memory-bytes", str(256 * 1024)])
+    load(d, rng, trades=30000, quotes=100)
+    big_sort = "select * from trade order by price, time"
+    r = requests.get(d.url + "/exec", params={"query": big_sort}, timeout=30)
+    assert r.status_code == 413 and r.json()["code"] == "resources_exhausted", r.text
+    with connect(d) as c:
+        with pytest.raises(psycopg.errors.OutOfMemory) as e:
+            c.execute(big_sort)
+        assert "memory" in str(e.value).lower(), str(e.value)
+        assert c.execute("select count(*) from trade").fetchone()[0] == 30000
+    assert d.scalar("select count(*) from trade") == 30000
