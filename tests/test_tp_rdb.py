@@ -157,3 +157,32 @@ def test_journal_tools_on_a_real_journal(cluster, rng):
     assert "problems: none" in r.stdout and f"rows:     {sum(loader.acked.values())}" in r.stdout, r.stdout
     r = run(["journal", "dump", str(db.data_dir / "journal")])
     assert r.returncode == 0 and "trade" in r.stdout, r.stdout + r.stderr
+
+
+def test_slow_subscriber_is_cut_off_and_catches_up(cluster, rng):
+    """A subscriber that stops reading (SIGSTOP) fills its bounded queue and
+    is cut off with a logged reason; the tp keeps acknowledging and the
+    other rdb keeps up. Resumed, the cut-off rdb re-subscribes from its last
+    sequence and converges through the journal."""
+    import os
+    import signal
+
+    tp = cluster.tp(extra=["--sub-queue-bytes-max", "65536"])
+    fast = cluster.rdb(tp.tp_port)
+    slow = cluster.rdb(tp.tp_port)
+    loader = Loader(tp, rng, rows_per_request=2000)
+    os.kill(slow.proc.pid, signal.SIGSTOP)
+    try:
+        for _ in range(100):
+            loader.write_once()
+        want = sum(loader.acked.values())
+        fast.wait_rows("trade", want)
+        deadline = time.monotonic() + 30
+        while "too slow" not in tp.log.read_text(errors="replace"):
+            assert time.monotonic() < deadline, "the stopped subscriber was never cut off:\n" + tp.log_tail()
+            time.sleep(0.1)
+    finally:
+        os.kill(slow.proc.pid, signal.SIGCONT)
+    slow.wait_rows("trade", want, timeout=60)
+    assert slow.scalar("select count(*) from trade") == want == fast.scalar("select count(*) from trade")
+    assert slow.scalar("select sum(size) from trade") == loader.size_sum
