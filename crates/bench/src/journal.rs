@@ -1,7 +1,9 @@
 //! Journal throughput: append MB/s and rows/s under each fsync policy, with
 //! the raw disk (`dd … conv=fdatasync`) measured in the same run; and
 //! acknowledged rows/s under `--fsync always` with 1, 4 and 16 concurrent
-//! HTTP writers, showing group commit (rows per fsync) at work.
+//! HTTP writers, showing group commit (rows per fsync) at work; and replay
+//! (reading and decoding the journal, as an rdb's catch-up does) from a cold
+//! page cache against a raw cold sequential read of the same files.
 
 use crate::child;
 use crate::error::{BenchError, Result};
@@ -34,6 +36,8 @@ pub struct PolicyResult {
     pub mb_s: f64,
     pub rows_s: f64,
     pub fsyncs: u64,
+    /// Records appended (the journal's last sequence number).
+    pub records: u64,
 }
 
 pub struct GroupResult {
@@ -42,8 +46,19 @@ pub struct GroupResult {
     pub rows_per_fsync: f64,
 }
 
+pub struct ReplayResult {
+    pub bytes: u64,
+    pub rows: u64,
+    pub raw_mb_s: f64,
+    pub replay_mb_s: f64,
+    pub replay_rows_s: f64,
+    /// Whether the page cache could be emptied before each read.
+    pub cold: bool,
+}
+
 pub struct JournalReport {
     pub dd_mb_s: f64,
+    pub replay: Option<ReplayResult>,
     pub policies: Vec<PolicyResult>,
     pub groups: Vec<GroupResult>,
     pub megabytes: u64,
@@ -83,12 +98,92 @@ fn dd(work: &Path, megabytes: u64) -> Result<f64> {
     Ok(megabytes as f64 / secs)
 }
 
-/// One writer, one commit (one acknowledgement) per record.
+/// Drops the files under `dir` from the page cache (they are clean after
+/// the journal's close): the next read comes from the disk.
+fn evict(dir: &Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    let mut ok = true;
+    for e in entries.flatten() {
+        match std::fs::File::open(e.path()) {
+            Ok(f) => {
+                let fd = f.as_raw_fd();
+                // SAFETY: fd is a valid open descriptor for the call's duration.
+                let r = unsafe {
+                    libc::fdatasync(fd);
+                    libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED)
+                };
+                ok &= r == 0;
+            }
+            Err(_) => ok = false,
+        }
+    }
+    ok
+}
+
+/// Raw cold sequential read of every file under `dir`, then the journal
+/// reader over the same files (CRC checks and payload decoding included).
+fn replay(dir: &Path, last_seq: u64) -> Result<ReplayResult> {
+    use std::io::Read;
+    let mut cold = evict(dir);
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .map_err(BenchError::io("listing the journal"))?
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut bytes = 0u64;
+    let t0 = Instant::now();
+    for f in &files {
+        let mut file = std::fs::File::open(f).map_err(BenchError::io("opening a segment"))?;
+        loop {
+            let n = file
+                .read(&mut buf)
+                .map_err(BenchError::io("reading a segment"))?;
+            if n == 0 {
+                break;
+            }
+            bytes += n as u64;
+        }
+    }
+    let raw_secs = t0.elapsed().as_secs_f64();
+    cold &= evict(dir);
+    let reader = tickdb_journal::JournalReader::open(dir, 1, last_seq)
+        .map_err(|e| BenchError::Server(e.to_string()))?;
+    let mut rows = 0u64;
+    let t0 = Instant::now();
+    for (i, rec) in reader.enumerate() {
+        if i % 1024 == 0 {
+            child::check_interrupt()?;
+        }
+        let rec = rec.map_err(|e| BenchError::Server(e.to_string()))?;
+        let batches = tickdb_core::codec::decode(&rec.payload, None)
+            .map_err(|e| BenchError::Server(e.to_string()))?;
+        rows += batches.iter().map(|b| b.rows as u64).sum::<u64>();
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let mb = bytes as f64 / (1024.0 * 1024.0);
+    Ok(ReplayResult {
+        bytes,
+        rows,
+        raw_mb_s: mb / raw_secs,
+        replay_mb_s: mb / secs,
+        replay_rows_s: rows as f64 / secs,
+        cold,
+    })
+}
+
+/// One writer, one commit (one acknowledgement) per record. The journal
+/// written under `never` is kept for the replay benchmark when `keep`.
 fn append(
     work: &Path,
     policy: FsyncPolicy,
     megabytes: u64,
     payload: &[u8],
+    keep: bool,
 ) -> Result<PolicyResult> {
     let dir = work.join(format!("journal-{policy:?}"));
     let _ = std::fs::remove_dir_all(&dir);
@@ -121,7 +216,9 @@ fn append(
     }
     j.close().map_err(|e| BenchError::Server(e.to_string()))?;
     let secs = t0.elapsed().as_secs_f64();
-    let _ = std::fs::remove_dir_all(&dir);
+    if !keep {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     Ok(PolicyResult {
         policy: match policy {
             FsyncPolicy::Always => "always".into(),
@@ -131,6 +228,7 @@ fn append(
         mb_s: bytes as f64 / secs / (1024.0 * 1024.0),
         rows_s: (records as usize * ROWS_PER_RECORD) as f64 / secs,
         fsyncs,
+        records,
     })
 }
 
@@ -211,7 +309,7 @@ fn status_commits(port: u16) -> Result<u64> {
 }
 
 pub fn run(bin: &Path, work: &Path, o: &JournalOptionsBench) -> Result<JournalReport> {
-    let steps = 1 + 3 + o.writers.len() as u64;
+    let steps = 1 + 3 + 1 + o.writers.len() as u64;
     let pb = ProgressBar::new(steps);
     pb.set_style(
         ProgressStyle::with_template("journal {bar:30} {pos}/{len} {msg}")
@@ -228,9 +326,15 @@ pub fn run(bin: &Path, work: &Path, o: &JournalOptionsBench) -> Result<JournalRe
         FsyncPolicy::Always,
     ] {
         pb.set_message(format!("append, fsync {p:?}"));
-        policies.push(append(work, p, o.megabytes, &payload)?);
+        let keep = p == FsyncPolicy::Never;
+        policies.push(append(work, p, o.megabytes, &payload, keep)?);
         pb.inc(1);
     }
+    pb.set_message("replay vs cold sequential read");
+    let never_dir = work.join(format!("journal-{:?}", FsyncPolicy::Never));
+    let replay = replay(&never_dir, policies[0].records)?;
+    let _ = std::fs::remove_dir_all(&never_dir);
+    pb.inc(1);
     let mut groups = Vec::new();
     for &w in &o.writers {
         pb.set_message(format!("group commit, {w} writers"));
@@ -240,6 +344,7 @@ pub fn run(bin: &Path, work: &Path, o: &JournalOptionsBench) -> Result<JournalRe
     pb.finish_and_clear();
     Ok(JournalReport {
         dd_mb_s,
+        replay: Some(replay),
         policies,
         groups,
         megabytes: o.megabytes,
@@ -278,6 +383,29 @@ impl JournalReport {
                 g.writers,
                 si(g.rows_s),
                 g.rows_per_fsync
+            ));
+        }
+        if let Some(r) = &self.replay {
+            s.push_str(&format!(
+                "\nReplay: the journal written under `never` ({:.0} MB, {} rows) read back with the journal reader (CRC per record, sequence check, payload decoded into batches, as an rdb's catch-up does), against a raw sequential `read()` of the same files in 1 MiB blocks; the page cache was {} before each.\n\n",
+                r.bytes as f64 / (1024.0 * 1024.0),
+                si(r.rows as f64),
+                if r.cold {
+                    "emptied for those files (posix_fadvise DONTNEED)"
+                } else {
+                    "NOT emptied (fadvise failed): both figures are warm reads"
+                }
+            ));
+            s.push_str("| | MB/s | rows/s | ratio to raw read |\n|---|---|---|---|\n");
+            s.push_str(&format!(
+                "| raw sequential read | {:.0} | | |\n",
+                r.raw_mb_s
+            ));
+            s.push_str(&format!(
+                "| journal replay | {:.0} | {} | {} |\n",
+                r.replay_mb_s,
+                si(r.replay_rows_s),
+                ratio(Some(r.replay_mb_s), Some(r.raw_mb_s))
             ));
         }
         s

@@ -218,14 +218,17 @@ pub fn json(result: &QueryResult) -> Value {
     Value::Object(m)
 }
 
-/// Dictionary columns cast to strings: CSV has no dictionaries.
-fn plain(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> {
-    if !batch
+fn has_dictionary(batch: &RecordBatch) -> bool {
+    batch
         .schema()
         .fields()
         .iter()
         .any(|f| matches!(f.data_type(), DataType::Dictionary(_, _)))
-    {
+}
+
+/// Dictionary columns cast to strings: CSV has no dictionaries.
+fn plain(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> {
+    if !has_dictionary(batch) {
         return Ok(batch.clone());
     }
     let mut fields = Vec::new();
@@ -247,12 +250,7 @@ fn plain(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> {
 /// several chunks) append dictionaries, which Arrow allows but pandas does
 /// not: it refuses categoricals with repeated categories.
 fn unique_dictionaries(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> {
-    if !batch
-        .schema()
-        .fields()
-        .iter()
-        .any(|f| matches!(f.data_type(), DataType::Dictionary(_, _)))
-    {
+    if !has_dictionary(batch) {
         return Ok(batch.clone());
     }
     let cols = batch
