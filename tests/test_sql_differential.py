@@ -305,3 +305,16 @@ def test_long_query_does_not_delay_updates(cluster, rng):
     assert len(lags) >= 3, f"the long query ended too soon to overlap ({result})"
     assert result.get("seconds", 0) > max(lags), (result, lags)
     print(f"long query {result}; write-to-visible lags during it: {[round(x, 3) for x in lags]}")
+
+
+def test_filtered_asof_join_matches_duckdb(loaded):
+    """Filters on the left side go below the join (and, through the join
+    key, into the right scan); a filter on the right side stays above it."""
+    db, con = loaded
+    where = "where t.sym in ('IBM', 'MSFT') and (q.bid > 70 or q.bid is null)"
+    got = tick(db, "select t.size, t.sym, q.bid from trade t asof join quote q "
+                   f"match_condition (t.time >= q.time) on t.sym = q.sym {where} order by t.size")
+    want = duck(con, "select t.size, t.sym, q.bid from trade t asof left join quote q "
+                     f"on t.sym = q.sym and t.time >= q.time {where} order by t.size")
+    assert_same(got, want, "filtered asof")
+    assert len(got) > 0

@@ -632,6 +632,216 @@ impl AnalyzerRule for AsofRule {
     }
 }
 
+/// Carries constant filters on a left join key over to the right key:
+/// `... ASOF JOIN quote q ON t.sym = q.sym WHERE t.sym = 'AAPL'` reads only
+/// AAPL's quotes (through the symbol index) instead of every quote. Only
+/// rows with an equal key can match, so the right rows it drops could never
+/// be chosen. Runs as an optimizer rule, after DataFusion has pushed the
+/// `WHERE` into the left scan; the filter it adds is then pushed into the
+/// right scan on the next pass.
+#[derive(Debug, Default)]
+pub struct AsofKeyFilterRule;
+
+/// A filter over an as-of join: the conjuncts that read only left columns
+/// go below the join, into the left input (each left row gives exactly one
+/// output row, so filtering before or after is the same). DataFusion's own
+/// pushdown cannot do it: for an extension node it pushes a predicate into
+/// every input or none, and it tells columns apart by unqualified name,
+/// which the two sides share (`time`, `sym`).
+fn push_left_filters(f: &datafusion::logical_expr::Filter) -> Result<Option<LogicalPlan>> {
+    // A projection between the filter and the join (DataFusion leaves the
+    // filter above it when it cannot push into the join): go through it
+    // when it only passes columns on.
+    if let LogicalPlan::Projection(p) = f.input.as_ref() {
+        if !matches!(p.input.as_ref(), LogicalPlan::Extension(_)) {
+            return Ok(None);
+        }
+        let through = |e: Expr| -> Option<Expr> {
+            e.transform(|x| match x {
+                Expr::Column(c) => {
+                    let i = p.schema.index_of_column(&c)?;
+                    match p.expr[i].clone().unalias() {
+                        col @ Expr::Column(_) => Ok(Transformed::yes(col)),
+                        _ => plan_err!("not a plain column"),
+                    }
+                }
+                other => Ok(Transformed::no(other)),
+            })
+            .ok()
+            .map(|t| t.data)
+        };
+        let (mut below, mut above) = (Vec::new(), Vec::new());
+        for c in split_conjunction_owned(f.predicate.clone()) {
+            match through(c.clone()) {
+                Some(e) => below.push(e),
+                None => above.push(c),
+            }
+        }
+        let Some(pred) = below.into_iter().reduce(Expr::and) else {
+            return Ok(None);
+        };
+        let inner = datafusion::logical_expr::Filter::try_new(pred, p.input.clone())?;
+        let Some(join) = push_left_filters(&inner)? else {
+            return Ok(None);
+        };
+        let proj = LogicalPlan::Projection(datafusion::logical_expr::Projection::try_new(
+            p.expr.clone(),
+            Arc::new(join),
+        )?);
+        return Ok(Some(match above.into_iter().reduce(Expr::and) {
+            Some(k) => datafusion::logical_expr::LogicalPlanBuilder::from(proj)
+                .filter(k)?
+                .build()?,
+            None => proj,
+        }));
+    }
+    let LogicalPlan::Extension(ext) = f.input.as_ref() else {
+        return Ok(None);
+    };
+    let Some(n) = ext.node.as_any().downcast_ref::<AsofJoinNode>() else {
+        return Ok(None);
+    };
+    let (push, keep): (Vec<Expr>, Vec<Expr>) = split_conjunction_owned(f.predicate.clone())
+        .into_iter()
+        .partition(|e| {
+            let cols = e.column_refs();
+            !cols.is_empty()
+                && !e.is_volatile()
+                && cols.iter().all(|c| n.left.schema().has_column(c))
+        });
+    let Some(pushed) = push.into_iter().reduce(Expr::and) else {
+        return Ok(None);
+    };
+    let left = datafusion::logical_expr::LogicalPlanBuilder::from(n.left.clone())
+        .filter(pushed)?
+        .build()?;
+    let join = LogicalPlan::Extension(Extension {
+        node: Arc::new(AsofJoinNode { left, ..n.clone() }),
+    });
+    Ok(Some(match keep.into_iter().reduce(Expr::and) {
+        Some(k) => datafusion::logical_expr::LogicalPlanBuilder::from(join)
+            .filter(k)?
+            .build()?,
+        None => join,
+    }))
+}
+
+/// `col = literal` / `col IN (literals)` conjuncts found in a plan's
+/// filters and scans, through aliases and filters only (no projection that
+/// could rename a column): column name → allowed values.
+fn key_constants(plan: &LogicalPlan, out: &mut HashMap<String, Vec<ScalarValue>>) {
+    let mut take = |e: &Expr| {
+        for c in split_conjunction_owned(e.clone()) {
+            match c {
+                Expr::BinaryExpr(BinaryExpr {
+                    left,
+                    op: Operator::Eq,
+                    right,
+                }) => match (*left, *right) {
+                    (Expr::Column(col), Expr::Literal(v, _))
+                    | (Expr::Literal(v, _), Expr::Column(col)) => {
+                        out.entry(col.name).or_default().push(v);
+                    }
+                    _ => {}
+                },
+                Expr::InList(il) if !il.negated => {
+                    if let Expr::Column(col) = *il.expr {
+                        let vals: Option<Vec<ScalarValue>> = il
+                            .list
+                            .into_iter()
+                            .map(|e| match e {
+                                Expr::Literal(v, _) => Some(v),
+                                _ => None,
+                            })
+                            .collect();
+                        if let Some(v) = vals {
+                            out.entry(col.name).or_default().extend(v);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    };
+    match plan {
+        LogicalPlan::Filter(f) => {
+            take(&f.predicate);
+            key_constants(&f.input, out);
+        }
+        LogicalPlan::SubqueryAlias(a) => key_constants(&a.input, out),
+        LogicalPlan::TableScan(t) => {
+            for f in &t.filters {
+                take(f);
+            }
+        }
+        _ => {}
+    }
+}
+
+impl datafusion::optimizer::OptimizerRule for AsofKeyFilterRule {
+    fn name(&self) -> &str {
+        "tickdb_asof_key_filter"
+    }
+
+    fn apply_order(&self) -> Option<datafusion::optimizer::ApplyOrder> {
+        Some(datafusion::optimizer::ApplyOrder::TopDown)
+    }
+
+    fn rewrite(
+        &self,
+        plan: LogicalPlan,
+        _config: &dyn datafusion::optimizer::OptimizerConfig,
+    ) -> Result<Transformed<LogicalPlan>> {
+        if let LogicalPlan::Filter(f) = &plan {
+            return push_left_filters(f).map(|t| match t {
+                Some(p) => Transformed::yes(p),
+                None => Transformed::no(plan),
+            });
+        }
+        let LogicalPlan::Extension(ext) = &plan else {
+            return Ok(Transformed::no(plan));
+        };
+        let Some(n) = ext.node.as_any().downcast_ref::<AsofJoinNode>() else {
+            return Ok(Transformed::no(plan));
+        };
+        let mut left = HashMap::new();
+        key_constants(&n.left, &mut left);
+        let mut right = HashMap::new();
+        key_constants(&n.right, &mut right);
+        let mut preds = Vec::new();
+        for (lk, rk) in n.left_keys.iter().zip(&n.right_keys) {
+            let (Expr::Column(lc), Expr::Column(rc)) = (lk, rk) else {
+                continue;
+            };
+            // Already filtered on the right (by us or the user): leave it,
+            // which also makes the rule reach a fixed point.
+            if right.contains_key(&rc.name) {
+                continue;
+            }
+            if let Some(vals) = left.get(&lc.name) {
+                let list: Vec<Expr> = vals
+                    .iter()
+                    .map(|v| Expr::Literal(v.clone(), None))
+                    .collect();
+                preds.push(Expr::Column(rc.clone()).in_list(list, false));
+            }
+        }
+        let Some(pred) = preds.into_iter().reduce(Expr::and) else {
+            return Ok(Transformed::no(plan));
+        };
+        let new_right = datafusion::logical_expr::LogicalPlanBuilder::from(n.right.clone())
+            .filter(pred)?
+            .build()?;
+        let node = AsofJoinNode {
+            right: new_right,
+            ..n.clone()
+        };
+        Ok(Transformed::yes(LogicalPlan::Extension(Extension {
+            node: Arc::new(node),
+        })))
+    }
+}
+
 // ---------------------------------------------------------------------------
 // 4. Physical planning
 // ---------------------------------------------------------------------------
@@ -1299,4 +1509,5 @@ impl Probe {
 pub fn register(ctx: &datafusion::prelude::SessionContext) {
     ctx.register_udf(marker_udf());
     ctx.add_analyzer_rule(Arc::new(AsofRule));
+    ctx.add_optimizer_rule(Arc::new(AsofKeyFilterRule));
 }

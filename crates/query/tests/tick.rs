@@ -237,6 +237,21 @@ async fn asof_join_matches_brute_force() {
         .await
     );
     assert!(plan.contains("AsofJoinExec"), "{plan}");
+    // A symbol filter on the left reaches both scans (the right one through
+    // the join key), so one symbol's as-of join reads one symbol's rows.
+    let plan = format!(
+        "{:?}",
+        rows(
+            &e,
+            "EXPLAIN SELECT t.price, q.bid FROM trade t ASOF JOIN quote q MATCH_CONDITION (t.time >= q.time) \
+             ON t.sym = q.sym WHERE t.sym = 'IBM' AND q.bid > 0"
+        )
+        .await
+    );
+    assert!(plan.contains("full_filters=[trade.sym"), "{plan}");
+    assert!(plan.contains("full_filters=[quote.sym IN"), "{plan}");
+    // The right-side condition stays above the join (left-join semantics).
+    assert!(plan.contains("Filter: q.bid > "), "{plan}");
     assert!(
         !plan.contains("HashJoinExec") && !plan.contains("NestedLoopJoinExec"),
         "{plan}"
