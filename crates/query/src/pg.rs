@@ -402,12 +402,13 @@ impl ErrorHandler for TickErrors {
                     // DataFusionError is not Clone; its message carries what the
                     // classification needs once re-wrapped.
                     Some(crate::error::from_df(reparse(df)))
-                } else if let Some(p) = inner.downcast_ref::<ParserError>() {
-                    Some(crate::error::from_df(
-                        datafusion::common::DataFusionError::SQL(Box::new(p.clone()), None),
-                    ))
                 } else {
-                    None
+                    inner.downcast_ref::<ParserError>().map(|p| {
+                        crate::error::from_df(datafusion::common::DataFusionError::SQL(
+                            Box::new(p.clone()),
+                            None,
+                        ))
+                    })
                 };
             if let Some(q) = classified {
                 *error = pg_error(&q);
