@@ -5,8 +5,9 @@
 # on first use, network access to download the jar; dd), then SQL
 # (scripts/bench_query.py: QuestDB and DuckDB).
 #
-#   scripts/bench.sh                full sizes (about 20 minutes on 2 cores)
-#   scripts/bench.sh --quick        small sizes, one repeat (about 4 minutes)
+#   scripts/bench.sh                full sizes (about 10 minutes on 2 cores, most of it
+#                                   QuestDB's 5M x 5M ASOF JOIN)
+#   scripts/bench.sh --quick        small sizes, one repeat (a few minutes)
 #   scripts/bench.sh --no-questdb   without QuestDB
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -205,6 +205,7 @@ def test_empty_tables(cluster, rng):
     assert db.scalar("select count(*) from trade") == 0
     got = tick(db, "select count(*) as n, sum(size) as v, vwap(price, size) as vw from trade")
     assert got["n"].tolist() == [0.0] and math.isnan(got["v"][0]) and math.isnan(got["vw"][0])
+    assert len(tick(db, "select * from latest('quote')")) == 0
     # Trades but no quotes at all: every trade kept, with nulls.
     write(db, ilp(trows, []))
     db.wait_rows("trade", len(trows))

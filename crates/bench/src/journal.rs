@@ -58,7 +58,7 @@ pub struct ReplayResult {
 
 pub struct JournalReport {
     pub dd_mb_s: f64,
-    pub replay: Option<ReplayResult>,
+    pub replay: ReplayResult,
     pub policies: Vec<PolicyResult>,
     pub groups: Vec<GroupResult>,
     pub megabytes: u64,
@@ -352,7 +352,7 @@ pub fn run(bin: &Path, work: &Path, o: &JournalOptionsBench) -> Result<JournalRe
     pb.finish_and_clear();
     Ok(JournalReport {
         dd_mb_s,
-        replay: Some(replay),
+        replay,
         policies,
         groups,
         megabytes: o.megabytes,
@@ -393,26 +393,25 @@ impl JournalReport {
                 g.rows_per_fsync
             ));
         }
-        if let Some(r) = &self.replay {
-            s.push_str(&format!(
-                "\nReplay: the journal written under `never` ({:.0} MB, {} rows) read back with the journal reader (CRC per record, sequence check, payload decoded into batches, as an rdb's catch-up does), against a raw sequential `read()` of the same files in 1 MiB blocks; the page cache was {} before each.\n\n",
-                r.bytes as f64 / (1024.0 * 1024.0),
-                si(r.rows as f64),
-                r.cold
-                    .unwrap_or("NOT emptied (no permission): both figures are warm reads")
-            ));
-            s.push_str("| | MB/s | rows/s | ratio to raw read |\n|---|---|---|---|\n");
-            s.push_str(&format!(
-                "| raw sequential read | {:.0} | | |\n",
-                r.raw_mb_s
-            ));
-            s.push_str(&format!(
-                "| journal replay | {:.0} | {} | {} |\n",
-                r.replay_mb_s,
-                si(r.replay_rows_s),
-                ratio(Some(r.replay_mb_s), Some(r.raw_mb_s))
-            ));
-        }
+        let r = &self.replay;
+        s.push_str(&format!(
+            "\nReplay: the journal written under `never` ({:.0} MB, {} rows) read back with the journal reader (CRC per record, sequence check, payload decoded into batches, as an rdb's catch-up does), against a raw sequential `read()` of the same files in 1 MiB blocks; the page cache was {} before each.\n\n",
+            r.bytes as f64 / (1024.0 * 1024.0),
+            si(r.rows as f64),
+            r.cold
+                .unwrap_or("NOT emptied (no permission): both figures are warm reads")
+        ));
+        s.push_str("| | MB/s | rows/s | ratio to raw read |\n|---|---|---|---|\n");
+        s.push_str(&format!(
+            "| raw sequential read | {:.0} | | |\n",
+            r.raw_mb_s
+        ));
+        s.push_str(&format!(
+            "| journal replay | {:.0} | {} | {} |\n",
+            r.replay_mb_s,
+            si(r.replay_rows_s),
+            ratio(Some(r.replay_mb_s), Some(r.raw_mb_s))
+        ));
         s
     }
 }

@@ -259,11 +259,25 @@ fn unique_dictionaries(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> {
         .iter()
         .zip(batch.columns())
         .map(|(f, c)| match f.data_type() {
-            DataType::Dictionary(_, v) => cast(&cast(c, v)?, f.data_type()),
+            DataType::Dictionary(_, v) if repeats_a_value(c) => cast(&cast(c, v)?, f.data_type()),
             _ => Ok(c.clone()),
         })
         .collect::<Result<Vec<_>, _>>()?;
     RecordBatch::try_new(batch.schema(), cols)
+}
+
+/// Whether a dictionary column's dictionary holds some value twice (only
+/// then is it re-encoded: the check reads the dictionary, not the rows).
+fn repeats_a_value(c: &ArrayRef) -> bool {
+    let Some(d) = c.as_any_dictionary_opt() else {
+        return false;
+    };
+    let values = d.values();
+    let Some(strings) = values.as_string_opt::<i32>() else {
+        return true;
+    };
+    let mut seen = std::collections::HashSet::with_capacity(strings.len());
+    strings.iter().any(|v| !seen.insert(v))
 }
 
 /// CSV with a header row; timestamps as RFC 3339 with nanoseconds.

@@ -9,8 +9,8 @@
 //! "Last" is arrival order, which for a tick table is time order.
 
 use crate::provider::TickTable;
-use datafusion::arrow::array::{Array, AsArray, RecordBatch, UInt32Array};
-use datafusion::arrow::compute::{concat_batches, take_record_batch};
+use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::compute::interleave_record_batch;
 use datafusion::arrow::datatypes::UInt32Type;
 use datafusion::catalog::{TableFunctionImpl, TableProvider};
 use datafusion::common::{plan_err, DataFusionError, Result, ScalarValue};
@@ -101,22 +101,15 @@ pub fn latest_rows(snap: &TableSnapshot, sym_column: usize) -> Result<RecordBatc
             }
         }
     }
-    // Gather per chunk, then concatenate in symbol-id order.
-    let mut per_chunk: HashMap<usize, Vec<u32>> = HashMap::new();
-    let mut order: Vec<(usize, usize)> = Vec::new(); // (chunk, position in its take)
-    for (ci, r) in found.into_iter().flatten() {
-        let rows = per_chunk.entry(ci).or_default();
-        order.push((ci, rows.len()));
-        rows.push(r);
+    // One gather over the chunks, in symbol-id order.
+    let picks: Vec<(usize, usize)> = found
+        .into_iter()
+        .flatten()
+        .map(|(ci, r)| (ci, r as usize))
+        .collect();
+    if picks.is_empty() {
+        return Ok(RecordBatch::new_empty(snap.schema.clone()));
     }
-    let mut taken: HashMap<usize, RecordBatch> = HashMap::new();
-    for (ci, rows) in per_chunk {
-        let idx = UInt32Array::from(rows);
-        taken.insert(ci, take_record_batch(&snap.chunks[ci].batch, &idx)?);
-    }
-    let mut parts: Vec<RecordBatch> = Vec::with_capacity(order.len());
-    for (ci, pos) in order {
-        parts.push(taken[&ci].slice(pos, 1));
-    }
-    Ok(concat_batches(&snap.schema, &parts)?)
+    let batches: Vec<&RecordBatch> = snap.chunks.iter().map(|c| &c.batch).collect();
+    Ok(interleave_record_batch(&batches, &picks)?)
 }

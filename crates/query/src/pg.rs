@@ -429,7 +429,6 @@ fn reparse(e: &datafusion::common::DataFusionError) -> datafusion::common::DataF
         E::NotImplemented(m) => E::NotImplemented(m.clone()),
         E::Internal(m) => E::Internal(m.clone()),
         E::SQL(p, _) => E::SQL(p.clone(), None),
-        _ if crate::deadline::is_deadline(e) => E::Execution(text),
         _ => E::Execution(text),
     }
 }
