@@ -22,6 +22,9 @@ BIN = os.environ.get(
     "TICKDB_BIN", str(Path(__file__).resolve().parent.parent / "target" / "debug" / "tickdb")
 )
 READY_TIMEOUT_S = 60.0
+# Start-ups retried on fresh ports when a port found free was taken before
+# the server bound it (another process's client or server got it first).
+PORT_RACE_RETRIES = 5
 
 _live: list["Proc"] = []
 
@@ -32,6 +35,10 @@ def _kill_all() -> None:
 
 
 atexit.register(_kill_all)
+
+
+class PortRace(AssertionError):
+    """The server exited because a port it was given was already in use."""
 
 
 def free_port() -> int:
@@ -72,6 +79,9 @@ class Proc:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
+                if "address already in use" in self.log_tail(5):
+                    _live.remove(self)
+                    raise PortRace(self.log_tail(5))
                 raise AssertionError(
                     f"tickdb exited with {self.proc.returncode} before it was ready:\n{self.log_tail()}"
                 )
@@ -163,8 +173,24 @@ class Cluster:
         self.n += 1
         return self.tmp / f"{self.n:02d}-{role}.log"
 
+    def _retrying(self, make, ports: dict, start: bool) -> Proc:
+        """make() builds a Proc; started here, on fresh ports again when
+        one it picked was taken meanwhile (never when the caller chose)."""
+        for attempt in range(PORT_RACE_RETRIES):
+            p = make()
+            if not start:
+                return p
+            try:
+                return p.start()
+            except PortRace:
+                if ports or attempt == PORT_RACE_RETRIES - 1:
+                    raise
+
     def up(self, data_dir: Path | None = None, extra: list[str] = (), start: bool = True, **ports) -> Proc:
-        """`tickdb up` on free ports; ports may be given (http, ilp, tp)."""
+        """`tickdb up` on free ports; ports may be given (http, ilp, tp, pg)."""
+        return self._retrying(lambda: self._up(data_dir, extra, **ports), ports, start)
+
+    def _up(self, data_dir: Path | None = None, extra: list[str] = (), **ports) -> Proc:
         http = ports.get("http", free_port())
         ilp = ports.get("ilp", free_port())
         tp = ports.get("tp", free_port())
@@ -179,9 +205,12 @@ class Cluster:
         p.ilp_port, p.tp_port, p.data_dir = ilp, tp, data_dir
         p.pg_port = int(str(pg).split(",")[-1])
         self.procs.append(p)
-        return p.start() if start else p
+        return p
 
     def tp(self, data_dir: Path | None = None, extra: list[str] = (), **ports) -> Proc:
+        return self._retrying(lambda: self._tp(data_dir, extra, **ports), ports, True)
+
+    def _tp(self, data_dir: Path | None = None, extra: list[str] = (), **ports) -> Proc:
         http = ports.get("http", free_port())
         ilp = ports.get("ilp", free_port())
         tp = ports.get("tp", free_port())
@@ -194,9 +223,13 @@ class Cluster:
         )
         p.ilp_port, p.tp_port, p.data_dir = ilp, tp, data_dir
         self.procs.append(p)
-        return p.start()
+        return p
 
     def rdb(self, tp_port: int, http: str | int | None = None, extra: list[str] = (), start: bool = True) -> Proc:
+        chosen = {"http": http} if http is not None else {}
+        return self._retrying(lambda: self._rdb(tp_port, http, extra), chosen, start)
+
+    def _rdb(self, tp_port: int, http: str | int | None, extra: list[str]) -> Proc:
         http = http if http is not None else free_port()
         pg = free_port()
         p = Proc(
@@ -206,7 +239,7 @@ class Cluster:
         )
         p.pg_port = pg
         self.procs.append(p)
-        return p.start() if start else p
+        return p
 
     def raw(self, args: list[str], role: str = "cmd") -> Proc:
         p = Proc(args, self._log(role))

@@ -165,3 +165,22 @@ def test_help_answers(tmp_path):
     r = run(["up", "--help"])
     for flag in ("--fsync", "--data-dir", "--http-port", "--ilp-port", "--tp-port", "--demo-feed", "rp,PORT", "[rp,]PORT"):
         assert flag in r.stdout, flag
+
+
+def test_harness_retries_a_port_taken_after_it_was_picked(cluster, monkeypatch):
+    """The harness picks free ports, then the server binds them; a port taken
+    in between makes start-up fail cleanly, and the harness starts again on
+    fresh ports (the server itself must not fall back silently)."""
+    import harness
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        taken = s.getsockname()[1]
+        real = harness.free_port
+        picks = iter([taken])
+        monkeypatch.setattr(harness, "free_port", lambda: next(picks, None) or real())
+        db = cluster.up()
+        assert db.http_port != taken
+        still_serving(db)
+    assert any("address already in use" in p.log.read_text() for p in cluster.procs)

@@ -18,6 +18,9 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// Socket timeout of the test client: a hung server fails the test rather
 /// than hanging it.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(30);
+/// Start-ups retried on fresh ports when a port found free was taken
+/// before the server bound it (another test's client or server got it).
+pub const PORT_RACE_RETRIES: usize = 5;
 
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -38,6 +41,16 @@ pub struct Server {
 impl Server {
     /// `tickdb up` on fresh free ports over `data_dir`, with `extra` flags.
     pub fn up(data_dir: &Path, extra: &[&str]) -> Server {
+        for _ in 0..PORT_RACE_RETRIES {
+            if let Some(s) = Server::try_up(data_dir, extra) {
+                return s;
+            }
+        }
+        panic!("tickdb up lost the race for free ports {PORT_RACE_RETRIES} times");
+    }
+
+    /// None when the server exited because a port was already in use.
+    fn try_up(data_dir: &Path, extra: &[&str]) -> Option<Server> {
         let (http, ilp, tp) = (free_port(), free_port(), free_port());
         let log = data_dir.with_extension("log");
         let logf = std::fs::OpenOptions::new()
@@ -68,7 +81,7 @@ impl Server {
             });
         }
         let child = cmd.spawn().expect("starting target tickdb binary");
-        let s = Server {
+        let mut s = Server {
             child: Some(child),
             http,
             ilp,
@@ -76,15 +89,27 @@ impl Server {
             data_dir: data_dir.to_path_buf(),
             log,
         };
-        s.wait_ready();
-        s
+        s.wait_ready().then_some(s)
     }
 
-    fn wait_ready(&self) {
+    /// False if the server exited because a port was in use.
+    fn wait_ready(&mut self) -> bool {
         let t0 = Instant::now();
         loop {
             if let Ok((200, _)) = http_request(self.http, "GET", "/health", b"") {
-                return;
+                return true;
+            }
+            let exited = self
+                .child
+                .as_mut()
+                .is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))));
+            if exited {
+                let log = self.log_tail();
+                if log.contains("address already in use") {
+                    self.child = None;
+                    return false;
+                }
+                panic!("server exited before it was ready; log:\n{log}");
             }
             if t0.elapsed() > READY_TIMEOUT {
                 panic!(
