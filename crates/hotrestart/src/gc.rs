@@ -188,7 +188,10 @@ fn write_outputs(shared: &Shared, live: &[LiveRec]) -> Result<Option<Vec<(OutChu
     for kind in [ChunkKind::Value, ChunkKind::Tombstone] {
         let mut cur: Option<OutWriter> = None;
         for r in live.iter().filter(|r| r.kind.chunk_kind() == kind) {
-            let value: &[u8] = r.value.as_deref().unwrap_or(&[]);
+            // A value its owner keeps in its own form is encoded again here:
+            // GC copies from RAM, never from the source chunk's file.
+            let bytes = r.value.as_ref().map(|v| v.bytes());
+            let value: &[u8] = bytes.as_deref().unwrap_or(&[]);
             let size = format::encoded_len(r.key.len(), value.len());
             let full = cur.as_ref().is_some_and(|w| {
                 w.len > format::CHUNK_HEADER_BYTES as u64 && w.len + size as u64 > chunk_max

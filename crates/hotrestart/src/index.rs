@@ -17,8 +17,69 @@ use crate::format::{ChunkKind, RecordKind, CHUNK_HEADER_BYTES};
 
 /// Keys are shared between the index map and the chunks' record lists.
 pub type Key = Arc<[u8]>;
-/// Values are shared with readers and with GC snapshots, so neither copies them.
-pub type Value = Arc<[u8]>;
+
+/// A value that its owner keeps in its own RAM, in its own form, and can encode
+/// on demand. The RDB's column store is one: its rows are already in memory as
+/// Arrow arrays, so keeping a second, encoded copy in the index would double the
+/// memory of a day's data. GC copies such a value "from RAM" by encoding it again.
+pub trait ValueSource: Send + Sync {
+    /// Appends the value's bytes to `out`. Must append the same bytes on every
+    /// call: the bytes that were stored when the value was put (or reloaded).
+    fn encode_into(&self, out: &mut Vec<u8>);
+}
+
+/// The value of a live key, as the index holds it. Shared with readers and with
+/// GC snapshots, so neither copies it.
+#[derive(Clone)]
+pub enum Value {
+    /// The encoded bytes themselves (what `put` stores, and what reload reads).
+    Bytes(Arc<[u8]>),
+    /// The owner's in-memory form, encoded when needed (`put_source`, `rebind`).
+    Source(Arc<dyn ValueSource>),
+}
+
+impl Value {
+    /// The value's bytes: borrowed when held as bytes, encoded otherwise.
+    pub fn bytes(&self) -> std::borrow::Cow<'_, [u8]> {
+        match self {
+            Value::Bytes(b) => std::borrow::Cow::Borrowed(b),
+            Value::Source(s) => {
+                let mut out = Vec::new();
+                s.encode_into(&mut out);
+                std::borrow::Cow::Owned(out)
+            }
+        }
+    }
+
+    /// The value's bytes as a shared buffer (a copy only for a `Source`).
+    pub fn to_shared(&self) -> Arc<[u8]> {
+        match self {
+            Value::Bytes(b) => b.clone(),
+            Value::Source(_) => Arc::from(self.bytes().as_ref()),
+        }
+    }
+}
+
+impl From<&[u8]> for Value {
+    fn from(b: &[u8]) -> Value {
+        Value::Bytes(Arc::from(b))
+    }
+}
+
+impl From<Vec<u8>> for Value {
+    fn from(b: Vec<u8>) -> Value {
+        Value::Bytes(Arc::from(b))
+    }
+}
+
+impl std::fmt::Debug for Value {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Value::Bytes(b) => write!(f, "Bytes({} bytes)", b.len()),
+            Value::Source(_) => f.write_str("Source"),
+        }
+    }
+}
 
 /// What a key currently maps to.
 #[derive(Clone, Debug)]
@@ -228,6 +289,22 @@ impl Index {
                 ..
             }) => Some(v.clone()),
             _ => None,
+        }
+    }
+
+    /// Swaps the in-RAM form of `key`'s value, keeping its record (seq, chunk,
+    /// size) as it is. Returns false if `key` has no value.
+    pub fn replace_value(&mut self, key: &[u8], value: Value) -> bool {
+        let p = self.part(key);
+        match self.parts[p].get_mut(key) {
+            Some(Entry {
+                slot: slot @ Slot::Value(_),
+                ..
+            }) => {
+                *slot = Slot::Value(value);
+                true
+            }
+            _ => false,
         }
     }
 

@@ -26,7 +26,7 @@ pub use chunk::WRITE_BUFFER_BYTES;
 pub use error::{Error, Result};
 pub use format::{ChunkKind, RecordKind};
 pub use gc::EMPTY_CHUNKS_PER_CYCLE_MAX;
-pub use index::{ChunkState, Key, Value};
+pub use index::{ChunkState, Key, Value, ValueSource};
 pub use reload::{ReloadReport, TornTail, PARTITION_QUEUE_BATCHES, RELOAD_BATCH_RECORDS};
 pub use store::{
     ChunkStats, Config, GcConfig, GcCrashPoint, Stats, Store, BACKPRESSURE_GARBAGE_CHUNKS_MIN,

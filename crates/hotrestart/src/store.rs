@@ -18,7 +18,7 @@ use crate::chunk::{self, ChunkWriter};
 use crate::error::{Error, Result};
 use crate::format::{self, ChunkKind, FileState, RecordKind, KEY_BYTES_MAX, VALUE_BYTES_MAX};
 use crate::gc;
-use crate::index::{ChunkState, Index, Key, Value};
+use crate::index::{ChunkState, Index, Key, Value, ValueSource};
 use crate::reload::{self, ReloadReport};
 
 /// Smallest chunk accepted: tests use tiny chunks to exercise GC.
@@ -579,12 +579,62 @@ impl Store {
         self.get_shared(key).map(|v| v.to_vec())
     }
 
-    /// The value of `key` without copying it.
+    /// The value of `key` without copying it (a value put with `put_source` is
+    /// encoded).
     pub fn get_shared(&self, key: &[u8]) -> Option<Arc<[u8]>> {
         if key.starts_with(META_KEY_PREFIX) {
             return None;
         }
-        self.shared.inner.lock().index.get_value(key)
+        let v = self.shared.inner.lock().index.get_value(key)?;
+        Some(v.to_shared())
+    }
+
+    /// Puts `key` → the bytes `source` encodes, and keeps `source` (not the bytes)
+    /// in RAM: for an owner that holds the data in memory anyway (the RDB's column
+    /// store), so that the store does not hold a second copy. GC encodes the
+    /// source again when it copies the record. Returns before the record is
+    /// durable (see `sync`).
+    pub fn put_source(&self, key: &[u8], source: Arc<dyn ValueSource>) -> Result<()> {
+        check_user_key(key)?;
+        let mut bytes = Vec::new();
+        source.encode_into(&mut bytes);
+        if bytes.len() > VALUE_BYTES_MAX {
+            return Err(Error::InvalidInput(format!(
+                "value of {} bytes exceeds {VALUE_BYTES_MAX}",
+                bytes.len()
+            )));
+        }
+        let sh = &self.shared;
+        let mut g = sh.lock_for_write()?;
+        let (seq, chunk, size) = sh
+            .append(&mut g, RecordKind::Value, key, &bytes)
+            .map_err(|e| sh.poison(e))?;
+        g.index
+            .apply_put(key, Value::Source(source), seq, chunk, size);
+        Ok(())
+    }
+
+    /// Replaces the in-RAM form of `key`'s current value with `source`, writing
+    /// nothing: after a reload, the owner rebuilds its data from the reloaded
+    /// bytes and then hands the store its own form, so the bytes can be freed.
+    /// `source` must encode to exactly the stored bytes (checked in debug
+    /// builds). Returns false if `key` has no value.
+    pub fn rebind(&self, key: &[u8], source: Arc<dyn ValueSource>) -> Result<bool> {
+        check_user_key(key)?;
+        let mut g = self.shared.inner.lock();
+        let Some(current) = g.index.get_value(key) else {
+            return Ok(false);
+        };
+        if cfg!(debug_assertions) {
+            let mut fresh = Vec::new();
+            source.encode_into(&mut fresh);
+            if fresh.as_slice() != current.bytes().as_ref() {
+                return Err(Error::InvalidInput(
+                    "rebind: the source does not encode to the stored value".into(),
+                ));
+            }
+        }
+        Ok(g.index.replace_value(key, Value::Source(source)))
     }
 
     /// A snapshot of every (key, value) under `prefix`, in key order. Values are
@@ -618,7 +668,7 @@ impl Store {
             .lock()
             .index
             .get_value(&key)
-            .map(|v| v.to_vec())
+            .map(|v| v.bytes().to_vec())
     }
 
     /// `set_meta` for a u64 (little endian).

@@ -203,3 +203,72 @@ fn gc_thread_bounds_garbage_with_backpressure() {
     .unwrap();
     assert_eq!(common::dump(&store), model);
 }
+
+/// A value kept in its owner's form, counting how often the store encodes it.
+struct CountingSource {
+    bytes: Vec<u8>,
+    encodes: std::sync::atomic::AtomicUsize,
+}
+
+impl tickdb_hotrestart::ValueSource for CountingSource {
+    fn encode_into(&self, out: &mut Vec<u8>) {
+        self.encodes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        out.extend_from_slice(&self.bytes);
+    }
+}
+
+#[test]
+fn gc_reencodes_owner_held_values_and_rebind_swaps_them_in() {
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = Config {
+        chunk_size_bytes: 16 * 1024,
+        ..common::small_config()
+    };
+    let (store, _) = Store::open(dir.path(), cfg.clone()).unwrap();
+    // One owner-held value among many overwritten ones: GC must move it and can
+    // only get its bytes by encoding the source (nothing reads chunk files).
+    let held = Arc::new(CountingSource {
+        bytes: b"held value".repeat(50),
+        encodes: Default::default(),
+    });
+    store.put_source(b"t/held", held.clone()).unwrap();
+    assert_eq!(held.encodes.load(Ordering::Relaxed), 1, "put encodes once");
+    for i in 0..400u32 {
+        let key = format!("t/{:02}", i % 20).into_bytes();
+        store.put(&key, &vec![i as u8; 700]).unwrap();
+    }
+    store.sync().unwrap();
+    gc_until_idle(&store);
+    assert!(
+        held.encodes.load(Ordering::Relaxed) >= 2,
+        "GC copied the held record without encoding its source"
+    );
+    assert_eq!(store.get(b"t/held").unwrap(), held.bytes);
+    let want = common::dump(&store);
+    store.close().unwrap();
+
+    // After a reload the value is bytes again; rebind hands the store the
+    // owner's form, which must encode to exactly those bytes.
+    let (store, _) = Store::open(dir.path(), cfg).unwrap();
+    assert_eq!(common::dump(&store), want);
+    let wrong = Arc::new(CountingSource {
+        bytes: b"something else".to_vec(),
+        encodes: Default::default(),
+    });
+    if cfg!(debug_assertions) {
+        assert!(store.rebind(b"t/held", wrong).is_err());
+    }
+    let again = Arc::new(CountingSource {
+        bytes: held.bytes.clone(),
+        encodes: Default::default(),
+    });
+    assert!(store.rebind(b"t/held", again.clone()).unwrap());
+    assert!(!store.rebind(b"t/absent", again.clone()).unwrap());
+    let before = again.encodes.load(Ordering::Relaxed);
+    assert_eq!(store.get(b"t/held").unwrap(), held.bytes);
+    assert_eq!(again.encodes.load(Ordering::Relaxed), before + 1);
+    assert_eq!(common::dump(&store), want);
+}

@@ -17,7 +17,18 @@ use std::path::Path;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tickdb_hotrestart::{Config, Error, GcCrashPoint, Store};
+use std::sync::Arc;
+use tickdb_hotrestart::{Config, Error, GcCrashPoint, Store, ValueSource};
+
+/// A value held in its owner's form: here simply the bytes, in a type the store
+/// does not know, encoded on demand.
+struct OwnedValue(Vec<u8>);
+
+impl ValueSource for OwnedValue {
+    fn encode_into(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.0);
+    }
+}
 
 const META: &[u8] = b"applied";
 const PREFIXES: [&[u8]; 4] = [b"a/", b"b/", b"c/", b"a/1"];
@@ -124,7 +135,7 @@ impl Model {
         // Continue from what the store shows: it is now the durable truth.
         let mut ops: Vec<Op> = store
             .iter_prefix(b"")
-            .map(|(k, v)| Op::Put(k.to_vec(), v.to_vec()))
+            .map(|(k, v)| Op::Put(k.to_vec(), v.bytes().to_vec()))
             .collect();
         if let Some(m) = got_meta {
             ops.push(Op::Meta(m));
@@ -256,7 +267,15 @@ fn run_model(seed: u64, rounds: usize) {
                 let mut v = format!("{}:", model.ops.len() + round * 100_000).into_bytes();
                 let pad = rng.random_range(0..300);
                 v.extend(std::iter::repeat_n(b'x', pad));
-                store.put(&k, &v).unwrap();
+                // Half the values are kept in the owner's form (`put_source`),
+                // as the RDB does, so GC's copies re-encode them from RAM.
+                if rng.random_bool(0.5) {
+                    store.put(&k, &v).unwrap();
+                } else {
+                    store
+                        .put_source(&k, Arc::new(OwnedValue(v.clone())))
+                        .unwrap();
+                }
                 model.ops.push(Op::Put(k, v));
             } else if r < 75 {
                 let k = keys[rng.random_range(0..keys.len())].clone();

@@ -43,7 +43,7 @@ pub fn small_config() -> Config {
 pub fn dump(store: &Store) -> BTreeMap<Vec<u8>, Vec<u8>> {
     store
         .iter_prefix(b"")
-        .map(|(k, v)| (k.to_vec(), v.to_vec()))
+        .map(|(k, v)| (k.to_vec(), v.bytes().to_vec()))
         .collect()
 }
 
