@@ -94,6 +94,56 @@ impl ColumnData {
         }
     }
 
+    /// Appends every row of `other` (same type; a different type is ignored).
+    /// Symbol dictionaries are merged, so keys stay valid.
+    fn extend_from(&mut self, other: &ColumnData) {
+        match (self, other) {
+            (ColumnData::Timestamp(a), ColumnData::Timestamp(b))
+            | (ColumnData::I64(a), ColumnData::I64(b)) => a.extend_from_slice(b),
+            (ColumnData::F64(a), ColumnData::F64(b)) => a.extend_from_slice(b),
+            (ColumnData::I32(a), ColumnData::I32(b)) => a.extend_from_slice(b),
+            (ColumnData::Bool(a), ColumnData::Bool(b)) => a.extend_from_slice(b),
+            (ColumnData::Symbol { dict, keys }, ColumnData::Symbol { dict: d2, keys: k2 }) => {
+                let mut at: HashMap<&str, u32> = HashMap::with_capacity(dict.len());
+                for (i, s) in dict.iter().enumerate() {
+                    at.entry(s.as_str()).or_insert(i as u32);
+                }
+                let mut added: Vec<String> = Vec::new();
+                let remap: Vec<u32> = d2
+                    .iter()
+                    .map(|s| match at.get(s.as_str()) {
+                        Some(k) => *k,
+                        None => {
+                            added.push(s.clone());
+                            (dict.len() + added.len() - 1) as u32
+                        }
+                    })
+                    .collect();
+                dict.extend(added);
+                keys.extend(k2.iter().map(|k| remap[*k as usize]));
+            }
+            (
+                ColumnData::Str { offsets, data },
+                ColumnData::Str {
+                    offsets: o2,
+                    data: d2,
+                },
+            )
+            | (
+                ColumnData::Bytes { offsets, data },
+                ColumnData::Bytes {
+                    offsets: o2,
+                    data: d2,
+                },
+            ) => {
+                let base = data.len() as u32;
+                data.extend_from_slice(d2);
+                offsets.extend(o2.iter().skip(1).map(|o| base + o));
+            }
+            _ => {}
+        }
+    }
+
     /// Appends a type-appropriate zero; used under a null.
     fn push_default(&mut self) {
         match self {
@@ -140,6 +190,65 @@ pub struct Batch {
 }
 
 impl Batch {
+    /// An update that empties `table` when it is applied (the end-of-day purge,
+    /// an operator's clear): a batch with no rows and no columns. It is journaled
+    /// and published like any batch, so every rdb clears the table at the same
+    /// sequence number, and a replay clears it again at that point.
+    pub fn clear_marker(table: &str) -> Batch {
+        Batch {
+            table: table.to_string(),
+            rows: 0,
+            columns: Vec::new(),
+        }
+    }
+
+    /// Whether this batch is a clear marker (see `clear_marker`).
+    pub fn is_clear_marker(&self) -> bool {
+        self.rows == 0 && self.columns.is_empty()
+    }
+
+    /// The rows of `parts` one after another, as one batch of their table.
+    /// `None` if `parts` is empty or they differ in table or column types.
+    pub fn concat(parts: &[Batch]) -> Option<Batch> {
+        let first = parts.first()?;
+        let same = parts.iter().all(|b| {
+            b.table == first.table
+                && b.columns.len() == first.columns.len()
+                && b.columns
+                    .iter()
+                    .zip(&first.columns)
+                    .all(|(x, y)| x.data.ty() == y.data.ty())
+        });
+        if !same {
+            return None;
+        }
+        let rows: usize = parts.iter().map(|b| b.rows).sum();
+        let mut columns = Vec::with_capacity(first.columns.len());
+        for ci in 0..first.columns.len() {
+            let any_null = parts.iter().any(|b| b.columns[ci].valid.is_some());
+            let valid = any_null.then(|| {
+                let mut v = Vec::with_capacity(rows);
+                for b in parts {
+                    match &b.columns[ci].valid {
+                        Some(x) => v.extend_from_slice(x),
+                        None => v.extend(std::iter::repeat_n(true, b.rows)),
+                    }
+                }
+                v
+            });
+            let mut data = ColumnData::new(first.columns[ci].data.ty());
+            for b in parts {
+                data.extend_from(&b.columns[ci].data);
+            }
+            columns.push(Column { data, valid });
+        }
+        Some(Batch {
+            table: first.table.clone(),
+            rows,
+            columns,
+        })
+    }
+
     /// Bytes the batch holds in column data, a cheap size estimate for bounds.
     pub fn approx_bytes(&self) -> usize {
         self.columns

@@ -5,7 +5,8 @@
 //!
 //! An update is one or more batches that are journaled, published and
 //! applied together (one ILP HTTP request is one update, so it is never
-//! half-applied).
+//! half-applied). A batch with 0 rows and 0 columns is a clear marker: applying
+//! it empties the table (`Batch::clear_marker`).
 //!
 //! ```text
 //! u8   codec version (1)
@@ -205,7 +206,8 @@ fn decode_batch(r: &mut Reader<'_>, schema: Option<&Schema>) -> Result<Batch> {
             let def = s
                 .table(&table)
                 .ok_or_else(|| CoreError::UnknownTable(table.clone()))?;
-            if def.columns.len() != ncols {
+            // No rows and no columns: a clear marker (Batch::clear_marker).
+            if def.columns.len() != ncols && !(rows == 0 && ncols == 0) {
                 return Err(r.err(format!(
                     "table '{table}' has {} columns, batch has {ncols}",
                     def.columns.len()
@@ -367,6 +369,41 @@ mod tests {
         let b = sample();
         let enc = encode_to_vec(&[b.clone(), b.clone()]);
         assert_eq!(decode(&enc, None).unwrap(), vec![b.clone(), b]);
+    }
+
+    #[test]
+    fn clear_markers_round_trip_and_need_a_known_table() {
+        let schema = Schema::default_schema();
+        let enc = encode_to_vec(&[Batch::clear_marker("trade")]);
+        let got = decode(&enc, Some(&schema)).unwrap();
+        assert_eq!(got, vec![Batch::clear_marker("trade")]);
+        assert!(got[0].is_clear_marker());
+        let enc = encode_to_vec(&[Batch::clear_marker("nosuch")]);
+        assert!(matches!(
+            decode(&enc, Some(&schema)),
+            Err(CoreError::UnknownTable(_))
+        ));
+    }
+
+    #[test]
+    fn concat_joins_rows_and_merges_dictionaries() {
+        let b = sample();
+        let rows_a: Vec<usize> = (0..4).collect();
+        let rows_b: Vec<usize> = (4..10).collect();
+        let (x, y) = (b.select(&rows_a), b.select(&rows_b));
+        let joined = Batch::concat(&[x, y]).unwrap();
+        assert_eq!(joined.rows, 10);
+        for i in 0..10 {
+            assert_eq!(
+                joined.columns[1].data.symbol(i),
+                b.columns[1].data.symbol(i)
+            );
+        }
+        assert_eq!(joined.columns[2].valid, b.columns[2].valid);
+        assert_eq!(joined.columns[6], b.columns[6]);
+        assert_eq!(joined.columns[0], b.columns[0]);
+        assert!(Batch::concat(&[]).is_none());
+        assert!(Batch::concat(&[b.clone(), Batch::clear_marker("all")]).is_none());
     }
 
     #[test]

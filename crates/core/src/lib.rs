@@ -7,6 +7,7 @@ pub mod batch;
 pub mod codec;
 pub mod domain;
 pub mod error;
+pub mod from_arrow;
 pub mod schema;
 pub mod store;
 

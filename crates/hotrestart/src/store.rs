@@ -166,6 +166,28 @@ pub struct ChunkStats {
     pub garbage_records: u64,
 }
 
+/// The store's totals and counters without per-key figures (`Store::io_stats`).
+#[derive(Clone, Debug)]
+pub struct IoStats {
+    pub disk_bytes: u64,
+    pub garbage_bytes: u64,
+    pub chunks: u64,
+    pub user_bytes_written: u64,
+    pub gc_bytes_written: u64,
+    pub write_amplification: f64,
+    pub gc_runs: u64,
+    pub gc_chunks_reclaimed: u64,
+}
+
+/// (user + GC bytes) / user bytes; 1.0 before anything is written.
+fn write_amplification(c: &Counters) -> f64 {
+    if c.user_bytes_written == 0 {
+        1.0
+    } else {
+        (c.user_bytes_written + c.gc_bytes_written) as f64 / c.user_bytes_written as f64
+    }
+}
+
 /// A snapshot of the store's counters.
 #[derive(Clone, Debug)]
 pub struct Stats {
@@ -717,11 +739,7 @@ impl Store {
             })
             .collect();
         let c = &g.counters;
-        let wa = if c.user_bytes_written == 0 {
-            1.0
-        } else {
-            (c.user_bytes_written + c.gc_bytes_written) as f64 / c.user_bytes_written as f64
-        };
+        let wa = write_amplification(c);
         Stats {
             live_records,
             live_bytes,
@@ -737,6 +755,23 @@ impl Store {
             gc_chunks_reclaimed: c.gc_chunks_reclaimed,
             backpressure_waits: c.backpressure_waits,
             backpressure_wait_ms: c.backpressure_wait_ns / 1_000_000,
+        }
+    }
+
+    /// The counters and per-store totals of `stats`, without walking the key
+    /// index (cheap enough for every `/status` and `/metrics` request).
+    pub fn io_stats(&self) -> IoStats {
+        let g = self.shared.inner.lock();
+        let c = &g.counters;
+        IoStats {
+            disk_bytes: g.index.chunks.values().map(|c| c.file_bytes).sum(),
+            garbage_bytes: g.index.garbage_bytes_total,
+            chunks: g.index.chunks.len() as u64,
+            user_bytes_written: c.user_bytes_written,
+            gc_bytes_written: c.gc_bytes_written,
+            write_amplification: write_amplification(c),
+            gc_runs: c.gc_runs,
+            gc_chunks_reclaimed: c.gc_chunks_reclaimed,
         }
     }
 

@@ -25,6 +25,7 @@ mod journal;
 mod reader;
 mod recovery;
 pub mod storage;
+mod trim;
 
 pub use error::JournalError;
 pub use format::{RECORD_PAYLOAD_BYTES_MAX, SEGMENT_BYTES_MAX_DEFAULT};
@@ -37,3 +38,4 @@ pub use recovery::{
     Truncation, VerifyReport,
 };
 pub use storage::{Fault, FaultyStorage, FsStorage, Op, Storage, StorageFile};
+pub use trim::{trim, TrimReport};

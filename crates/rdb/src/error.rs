@@ -1,6 +1,6 @@
 //! The rdb's error enum: a sequence gap (the link to the tp must be
-//! re-established), corrupt data from the tp or the journal, I/O, and
-//! protocol errors.
+//! re-established), corrupt data from the tp or the journal, I/O, protocol
+//! errors, and Hot Restart's restore, mismatch and checkpoint failures.
 
 #[derive(Debug, thiserror::Error)]
 pub enum RdbError {
@@ -14,4 +14,15 @@ pub enum RdbError {
     Link { addr: String, reason: String },
     #[error("schema from tp: {0}")]
     Schema(String),
+    /// The Hot Restart store cannot be restored (corrupt or inconsistent
+    /// records, I/O): the rdb does not start on a partial state.
+    #[error("hot restart: {0}")]
+    Restore(String),
+    /// The Hot Restart store was written for another schema, subscription or
+    /// journal than this rdb's.
+    #[error("hot restart: {0}")]
+    Mismatch(String),
+    /// A checkpoint failed; the previous durable checkpoint still stands.
+    #[error("checkpoint failed: {0}")]
+    Checkpoint(String),
 }

@@ -4,8 +4,11 @@
 //! - `rdb`: applies updates strictly in sequence (no gap, no duplicate)
 //! - `remote`: follows a tp over the subscription port, reconnecting from
 //!   the last applied sequence after any break
+//! - `hot`: Hot Restart: the tables persisted in a log-structured store,
+//!   checkpoints, and the restore after a restart
 
 pub mod error;
+pub mod hot;
 pub mod rdb;
 pub mod remote;
 

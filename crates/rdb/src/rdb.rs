@@ -4,9 +4,10 @@
 //! anything beyond, so the caller re-subscribes from `applied + 1`.
 
 use crate::error::RdbError;
+use crate::hot::{CheckpointReport, HotRestart, HotStatus};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use tickdb_core::store::{MemoryStats, Store};
 use tickdb_core::Batch;
 
@@ -15,6 +16,7 @@ pub struct Rdb {
     applied: AtomicU64,
     tp_seq: AtomicU64,
     apply_lock: parking_lot::Mutex<()>,
+    hot: OnceLock<Arc<HotRestart>>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -30,16 +32,52 @@ pub struct RdbStatus {
     pub tp_seq: u64,
     pub tables: BTreeMap<String, TableStatus>,
     pub memory: MemoryStats,
+    /// Present when the rdb persists its tables (`--hot-restart`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hot_restart: Option<HotStatus>,
 }
 
 impl Rdb {
     pub fn new(store: Arc<Store>) -> Arc<Rdb> {
+        Self::restored(store, 0)
+    }
+
+    /// An rdb whose store already holds every update up to `applied` (restored
+    /// from Hot Restart): it applies from `applied + 1`.
+    pub fn restored(store: Arc<Store>, applied: u64) -> Arc<Rdb> {
         Arc::new(Rdb {
             store,
-            applied: AtomicU64::new(0),
-            tp_seq: AtomicU64::new(0),
+            applied: AtomicU64::new(applied),
+            tp_seq: AtomicU64::new(applied),
             apply_lock: parking_lot::Mutex::new(()),
+            hot: OnceLock::new(),
         })
+    }
+
+    /// Persists this rdb's tables in `hot` from now on (checkpoints).
+    pub fn attach_hot_restart(&self, hot: Arc<HotRestart>) {
+        let _ = self.hot.set(hot);
+    }
+
+    pub fn hot_restart(&self) -> Option<&Arc<HotRestart>> {
+        self.hot.get()
+    }
+
+    /// Takes a checkpoint now. `Ok(None)` if the rdb has no Hot Restart store.
+    /// Returns after the store is durable up to the reported sequence.
+    pub fn checkpoint(&self) -> Result<Option<CheckpointReport>, RdbError> {
+        match self.hot.get() {
+            Some(h) => h.checkpoint(self).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Runs `f` with the applied sequence while no update is being applied: a
+    /// consistent cut. Updates wait for as long as `f` runs, so `f` must only
+    /// take snapshots.
+    pub fn paused<T>(&self, f: impl FnOnce(u64) -> T) -> T {
+        let _one_writer = self.apply_lock.lock();
+        f(self.applied_seq())
     }
 
     pub fn store(&self) -> &Arc<Store> {
@@ -104,6 +142,7 @@ impl Rdb {
                 .map(|(name, rows)| (name, TableStatus { rows }))
                 .collect(),
             memory: self.store.memory(),
+            hot_restart: self.hot.get().map(|h| h.status()),
         }
     }
 }

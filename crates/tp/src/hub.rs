@@ -64,7 +64,9 @@ impl SubFilter {
     }
 
     fn filter_symbols(&self, b: &Batch) -> Option<Batch> {
-        if self.symbols.is_empty() {
+        // A clear marker empties the table whatever the symbols: a subscriber
+        // to some symbols of a table holds those rows, and they go too.
+        if self.symbols.is_empty() || b.is_clear_marker() {
             return Some(b.clone());
         }
         // The first symbol column is the one subscriptions filter on, as the

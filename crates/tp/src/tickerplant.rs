@@ -205,6 +205,33 @@ impl Tickerplant {
         self.write(batches).await
     }
 
+    /// Empties `tables` (every table if empty) in every subscriber at one
+    /// sequence number: journals and publishes a clear marker per table (the
+    /// end-of-day purge, kdb+'s `.u.end`; an operator's clear). Returns the
+    /// update's sequence once journaled under the fsync policy.
+    pub async fn clear_tables(&self, tables: &[String]) -> Result<u64, TpError> {
+        let names: Vec<String> = if tables.is_empty() {
+            self.cfg
+                .schema
+                .tables
+                .iter()
+                .map(|t| t.name.clone())
+                .collect()
+        } else {
+            tables.to_vec()
+        };
+        let mut batches = Vec::with_capacity(names.len());
+        for n in &names {
+            if self.cfg.schema.table(n).is_none() {
+                return Err(TpError::BadInput(format!(
+                    "cannot clear table '{n}': no such table in the schema"
+                )));
+            }
+            batches.push(Batch::clear_marker(n));
+        }
+        self.write(batches).await
+    }
+
     /// Registers a subscriber that has applied everything before `from_seq`.
     pub fn subscribe(
         &self,

@@ -84,11 +84,16 @@ impl Store {
 
     /// Appends (or, for keyed tables, upserts) a batch. Batches of one table
     /// must come from one writer at a time; the table's writer lock enforces it.
+    /// A clear marker (`Batch::clear_marker`) empties the table instead.
     pub fn apply(&self, batch: &Batch) -> Result<()> {
         let i = *self
             .by_name
             .get(&batch.table)
             .ok_or_else(|| CoreError::UnknownTable(batch.table.clone()))?;
+        if batch.is_clear_marker() {
+            self.tables[i].clear();
+            return Ok(());
+        }
         self.tables[i].apply(batch)
     }
 
@@ -109,6 +114,16 @@ impl Store {
             .get(table)
             .ok_or_else(|| CoreError::UnknownTable(table.to_string()))?;
         self.tables[*i].snapshot()
+    }
+
+    /// Every row of a table as appended, keyed tables included (where
+    /// `snapshot` keeps the latest row per key), with its generation.
+    pub fn raw_snapshot(&self, table: &str) -> Result<TableSnapshot> {
+        let i = self
+            .by_name
+            .get(table)
+            .ok_or_else(|| CoreError::UnknownTable(table.to_string()))?;
+        self.tables[*i].raw_snapshot_now()
     }
 
     /// Rows visible now, per table, in schema order.

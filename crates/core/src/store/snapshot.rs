@@ -64,6 +64,9 @@ pub struct TableSnapshot {
     pub rows: usize,
     /// The table's symbol dictionary as of the snapshot: symbol id → name.
     pub symbols: Arc<StringArray>,
+    /// How many times the table had been cleared: rows of different
+    /// generations never mix (persistence keys its records by it).
+    pub generation: u64,
 }
 
 impl TableSnapshot {

@@ -52,6 +52,7 @@ struct Published {
     dict: Arc<StringArray>,
     rows: u64,
     version: u64,
+    generation: u64,
 }
 
 struct Writer {
@@ -61,6 +62,8 @@ struct Writer {
     next_capacity: usize,
     rows: u64,
     version: u64,
+    /// Bumped by every clear.
+    generation: u64,
 }
 
 pub(crate) struct TableStore {
@@ -88,6 +91,7 @@ impl TableStore {
                 next_capacity: CHUNK_ROWS_MIN,
                 rows: 0,
                 version: 0,
+                generation: 0,
             }),
             published: ArcSwap::from_pointee(Published {
                 sealed: Arc::new(Vec::new()),
@@ -95,6 +99,7 @@ impl TableStore {
                 dict: values,
                 rows: 0,
                 version: 0,
+                generation: 0,
             }),
             keyed_cache: Mutex::new(None),
         }
@@ -227,6 +232,7 @@ impl TableStore {
             dict: w.dict.values(),
             rows: w.rows,
             version: w.version,
+            generation: w.generation,
         }));
     }
 
@@ -237,6 +243,7 @@ impl TableStore {
         w.next_capacity = CHUNK_ROWS_MIN;
         w.rows = 0;
         w.version += 1;
+        w.generation += 1;
         self.publish(&mut w);
     }
 
@@ -263,6 +270,12 @@ impl TableStore {
         self.raw_snapshot(&p)
     }
 
+    /// Every row as appended, also for a keyed table (where `snapshot` keeps
+    /// only the latest row per key): what persistence writes.
+    pub fn raw_snapshot_now(&self) -> Result<TableSnapshot> {
+        self.raw_snapshot(&self.published.load_full())
+    }
+
     fn raw_snapshot(&self, p: &Published) -> Result<TableSnapshot> {
         let mut chunks: Vec<ChunkSnapshot> = p.sealed.as_ref().clone();
         if let Some(view) = &p.active {
@@ -276,6 +289,7 @@ impl TableStore {
             rows: p.rows as usize,
             chunks,
             symbols: p.dict.clone(),
+            generation: p.generation,
         })
     }
 }

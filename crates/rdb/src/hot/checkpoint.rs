@@ -1,0 +1,310 @@
+//! The checkpoint: a consistent cut of every table at one journal sequence S,
+//! made durable in the Hot Restart store.
+//!
+//! 1. The cut: under the rdb's apply lock (so between two updates) read S and
+//!    take a raw snapshot of each table. Snapshots are `Arc`s of immutable
+//!    chunks and of the active chunk's published length, so the lock is held
+//!    for a pointer copy per table, whatever the data size: that is the whole
+//!    ingest pause, and it is measured.
+//! 2. Without the lock: write the rows added since the last checkpoint. An
+//!    append table gets segment records (its new rows, at most
+//!    `SEGMENT_ROWS_MAX` a record); a keyed table gets one row record per key
+//!    upserted since (the latest row). A table cleared since gets a new key
+//!    generation and all its rows.
+//! 3. `set_meta("checkpoint", S and the tables' state)`, which first makes
+//!    every record above durable, then `sync()`: now the store is durable up
+//!    to S (`CheckpointReport` is returned only after this fsync).
+//! 4. Only then are the generations of cleared tables removed (one prefix
+//!    tombstone each): before the new checkpoint is durable, a crash must find
+//!    the old generation that the old checkpoint names.
+
+use super::keys;
+use super::meta::{CheckpointMeta, TableMeta};
+use super::values::{row_pieces, RowValue, SegmentValue};
+use super::{now_unix_ns, CheckpointCrash, HotRestart, TableState};
+use crate::error::RdbError;
+use crate::rdb::Rdb;
+use arrow_array::{Array, RecordBatch};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tickdb_core::store::TableSnapshot;
+use tickdb_core::{TableDef, TableKind};
+
+/// Most rows in one segment record: a column-store chunk's worth, so a reload
+/// applies whole chunks.
+pub const SEGMENT_ROWS_MAX: usize = tickdb_core::store::CHUNK_ROWS_MAX;
+/// Most estimated bytes of row data in one segment record (strings and bytes
+/// can make rows large); far below the store's value bound.
+pub const SEGMENT_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+/// What one checkpoint did. Returned after the store is durable up to `seq`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CheckpointReport {
+    /// The journal sequence the store is now durable up to.
+    pub seq: u64,
+    pub at_unix_ns: i64,
+    /// How long updates could not be applied: the apply lock held for the cut.
+    pub pause_us: u64,
+    /// How long the checkpoint waited for the update being applied to finish.
+    pub wait_us: u64,
+    /// The whole checkpoint, fsyncs included.
+    pub duration_ms: u64,
+    pub rows_written: u64,
+    pub records_written: u64,
+    /// Record bytes appended to the store (before GC).
+    pub bytes_written: u64,
+    /// Tables cleared since the previous checkpoint.
+    pub tables_cleared: Vec<String>,
+}
+
+struct Cut {
+    seq: u64,
+    tables: Vec<(Arc<TableDef>, TableSnapshot)>,
+    pause: Duration,
+    wait: Duration,
+}
+
+fn take_cut(rdb: &Rdb) -> Result<Cut, RdbError> {
+    let asked = Instant::now();
+    let (seq, snaps, held) = rdb.paused(|seq| {
+        let held = Instant::now();
+        let snaps: Result<Vec<_>, _> = rdb
+            .store()
+            .schema()
+            .tables
+            .iter()
+            .map(|t| rdb.store().raw_snapshot(&t.name))
+            .collect();
+        (seq, snaps, held)
+    });
+    let pause = held.elapsed();
+    let wait = asked.elapsed().saturating_sub(pause);
+    let snaps = snaps.map_err(|e| RdbError::Checkpoint(format!("snapshot: {e}")))?;
+    Ok(Cut {
+        seq,
+        tables: snaps.into_iter().map(|s| (s.def.clone(), s)).collect(),
+        pause,
+        wait,
+    })
+}
+
+/// Estimated bytes of row data in `rb`: fixed widths plus string/bytes data.
+fn row_bytes(rb: &RecordBatch) -> usize {
+    use arrow_array::cast::AsArray;
+    use arrow_schema::DataType;
+    rb.columns()
+        .iter()
+        .map(|a| match a.data_type() {
+            DataType::Utf8 => {
+                let s = a.as_string::<i32>();
+                let o = s.value_offsets();
+                (o[o.len() - 1] - o[0]) as usize + 4 * s.len()
+            }
+            DataType::Binary => {
+                let s = a.as_binary::<i32>();
+                let o = s.value_offsets();
+                (o[o.len() - 1] - o[0]) as usize + 4 * s.len()
+            }
+            _ => 8 * a.len(),
+        })
+        .sum()
+}
+
+#[derive(Default)]
+struct Written {
+    rows: u64,
+    records: u64,
+}
+
+/// Writes rows `from..to` of an append table as segment records.
+fn write_segments(
+    hot: &HotRestart,
+    name: &Arc<str>,
+    generation: u64,
+    snap: &TableSnapshot,
+    from: usize,
+    to: usize,
+    w: &mut Written,
+) -> Result<(), RdbError> {
+    let mut start = from;
+    while start < to {
+        // Grow the segment chunk piece by chunk piece up to the bounds.
+        let mut end = (start + SEGMENT_ROWS_MAX).min(to);
+        let mut pieces = row_pieces(snap, start, end);
+        let bytes: usize = pieces.iter().map(row_bytes).sum();
+        if bytes > SEGMENT_BYTES_MAX && end - start > 1 {
+            let per_row = bytes / (end - start);
+            end = start + (SEGMENT_BYTES_MAX / per_row.max(1)).clamp(1, end - start);
+            pieces = row_pieces(snap, start, end);
+        }
+        let value = SegmentValue {
+            table: name.clone(),
+            pieces,
+        };
+        debug_assert_eq!(value.rows(), end - start);
+        hot.store
+            .put_source(
+                &keys::segment_key(name, generation, start as u64),
+                Arc::new(value),
+            )
+            .map_err(|e| RdbError::Checkpoint(format!("table '{name}': {e}")))?;
+        w.rows += (end - start) as u64;
+        w.records += 1;
+        start = end;
+        hot.test_crash_due(w.records)?;
+    }
+    Ok(())
+}
+
+/// Writes the latest row of each key upserted in raw rows `from..to`.
+#[allow(clippy::too_many_arguments)]
+fn write_rows(
+    hot: &HotRestart,
+    name: &Arc<str>,
+    generation: u64,
+    snap: &TableSnapshot,
+    key_columns: &[usize],
+    ordinal_base: u64,
+    from: usize,
+    to: usize,
+    w: &mut Written,
+) -> Result<(), RdbError> {
+    let mut latest: HashMap<Vec<u8>, (usize, usize, u64)> = HashMap::new();
+    let chunks: Vec<Arc<RecordBatch>> = snap
+        .chunks
+        .iter()
+        .map(|c| Arc::new(c.batch.clone()))
+        .collect();
+    let mut at = 0usize;
+    let mut key = Vec::new();
+    for (ci, c) in chunks.iter().enumerate() {
+        let n = c.num_rows();
+        for r in from.max(at)..to.min(at + n) {
+            key.clear();
+            keys::row_key_bytes(c, key_columns, r - at, &mut key);
+            latest.insert(key.clone(), (ci, r - at, ordinal_base + r as u64));
+        }
+        at += n;
+        if at >= to {
+            break;
+        }
+    }
+    for (k, (ci, row, ordinal)) in latest {
+        let value = RowValue {
+            table: name.clone(),
+            ordinal,
+            chunk: chunks[ci].clone(),
+            row,
+        };
+        hot.store
+            .put_source(&keys::row_key(name, generation, &k), Arc::new(value))
+            .map_err(|e| RdbError::Checkpoint(format!("table '{name}': {e}")))?;
+        w.rows += 1;
+        w.records += 1;
+        hot.test_crash_due(w.records)?;
+    }
+    Ok(())
+}
+
+/// Runs one checkpoint (see the module comment). Returns after the fsync that
+/// makes the store durable up to the reported sequence.
+pub(super) fn run(hot: &HotRestart, rdb: &Rdb) -> Result<CheckpointReport, RdbError> {
+    let started = Instant::now();
+    let mut ck = hot.ck.lock();
+    let Some(setup) = ck.setup.clone() else {
+        return Err(RdbError::Checkpoint(
+            "the store was not restored before the first checkpoint".into(),
+        ));
+    };
+    let bytes_before = hot.store.stats().user_bytes_written;
+    let cut = take_cut(rdb)?;
+    let mut next: HashMap<String, TableState> = ck.tables.clone();
+    let mut stale: Vec<(String, u64)> = Vec::new();
+    let mut w = Written::default();
+    let mut metas = Vec::with_capacity(cut.tables.len());
+    for (def, snap) in &cut.tables {
+        let name: Arc<str> = Arc::from(def.name.as_str());
+        let st = next.entry(def.name.clone()).or_default();
+        if snap.generation != st.store_generation {
+            stale.push((def.name.clone(), st.generation));
+            *st = TableState {
+                generation: st.generation + 1,
+                store_generation: snap.generation,
+                rows: 0,
+                ordinal_base: 0,
+            };
+        }
+        let (from, to) = (st.rows as usize, snap.rows);
+        if to < from {
+            return Err(RdbError::Checkpoint(format!(
+                "table '{}' holds {to} rows, fewer than the {from} already persisted, without a clear",
+                def.name
+            )));
+        }
+        match &def.kind {
+            TableKind::Append => write_segments(hot, &name, st.generation, snap, from, to, &mut w)?,
+            TableKind::Keyed { key } => write_rows(
+                hot,
+                &name,
+                st.generation,
+                snap,
+                key,
+                st.ordinal_base,
+                from,
+                to,
+                &mut w,
+            )?,
+        }
+        st.rows = to as u64;
+        metas.push(TableMeta {
+            name: def.name.clone(),
+            generation: st.generation,
+            rows: st.rows,
+            next_ordinal: match def.kind {
+                TableKind::Append => 0,
+                TableKind::Keyed { .. } => st.ordinal_base + st.rows,
+            },
+        });
+    }
+    let crash = *hot.test_crash.lock();
+    hot.test_crash_due(w.records)?;
+    let at_unix_ns = now_unix_ns();
+    let meta = CheckpointMeta {
+        seq: cut.seq,
+        at_unix_ns,
+        schema_toml: setup.schema_toml.clone(),
+        tables_filter: setup.tables_filter.clone(),
+        symbols_filter: setup.symbols_filter.clone(),
+        tables: metas,
+    };
+    let durable = |e: tickdb_hotrestart::Error| RdbError::Checkpoint(e.to_string());
+    hot.store
+        .set_meta(super::meta::META_NAME, &meta.encode())
+        .map_err(durable)?;
+    hot.store.sync().map_err(durable)?;
+    // Durable up to cut.seq from here on.
+    ck.tables = next;
+    ck.durable = Some(meta);
+    hot.durable_seq
+        .store(cut.seq, std::sync::atomic::Ordering::Release);
+    if crash == Some(CheckpointCrash::BeforeClear) {
+        return Err(RdbError::Checkpoint("test crash before clear".into()));
+    }
+    for (table, generation) in &stale {
+        hot.store
+            .clear_prefix(&keys::generation_prefix(table, *generation))
+            .map_err(durable)?;
+    }
+    Ok(CheckpointReport {
+        seq: cut.seq,
+        at_unix_ns,
+        pause_us: cut.pause.as_micros() as u64,
+        wait_us: cut.wait.as_micros() as u64,
+        duration_ms: started.elapsed().as_millis() as u64,
+        rows_written: w.rows,
+        records_written: w.records,
+        bytes_written: hot.store.stats().user_bytes_written - bytes_before,
+        tables_cleared: stale.into_iter().map(|(t, _)| t).collect(),
+    })
+}

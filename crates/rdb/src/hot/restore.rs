@@ -1,0 +1,332 @@
+//! Restoring the column store from the Hot Restart store after a restart.
+//!
+//! The store has already been reloaded (the parallel pipeline of
+//! tickdb-hotrestart); its checkpoint record says which journal sequence S the
+//! records stand for, and each table's key generation and row count. Here:
+//!
+//! - Records that the checkpoint does not cover are dropped from the store: a
+//!   generation other than the checkpoint's (a clear whose checkpoint never
+//!   became durable, or an old generation whose prefix tombstone was lost) and
+//!   append segments at or beyond the checkpoint's row count (written by a
+//!   checkpoint that crashed before its record). Keyed rows written by such a
+//!   checkpoint are kept: each came from an update after S, which the journal
+//!   replay applies again, so the final state is the same.
+//! - An append table's segments must tile rows 0..rows exactly; anything else
+//!   is corruption and stops the restart with the table and rows named.
+//! - Tables are restored in parallel, one thread per table (at most
+//!   `parallelism`), each applying its records in row order through the same
+//!   `Store::apply` as live updates.
+//! - Each record's value is then rebound to the restored rows
+//!   (`Store::rebind`), so the reloaded bytes are freed and the store holds no
+//!   second copy of the data.
+
+use super::keys::{self, RecordKey};
+use super::meta::CheckpointMeta;
+use super::values::{decode_row, decode_segment, row_pieces, RowValue, SegmentValue};
+use super::TableState;
+use crate::error::RdbError;
+use arrow_array::RecordBatch;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+use tickdb_core::store::Store as ColumnStore;
+use tickdb_core::{Batch, TableDef, TableKind};
+use tickdb_hotrestart::{Key, Store as HotStore, Value};
+
+/// Keyed rows applied per batch while restoring.
+const RESTORE_ROWS_PER_APPLY: usize = tickdb_core::store::CHUNK_ROWS_MAX;
+
+/// What a restore did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct RestoreReport {
+    /// The journal sequence the restored state stands for (0: nothing stored).
+    pub seq: u64,
+    /// Rows restored per table.
+    pub rows: BTreeMap<String, u64>,
+    pub records: u64,
+    pub seconds: f64,
+    /// Records the checkpoint did not cover, removed.
+    pub stale_records_removed: u64,
+    /// Table generations the checkpoint did not name, cleared.
+    pub stale_generations_cleared: u64,
+}
+
+struct TableWork {
+    def: Arc<TableDef>,
+    records: Vec<(Key, Value)>,
+}
+
+struct Restored {
+    state: TableState,
+    rows: u64,
+    records: u64,
+}
+
+/// Restores `store` (empty, built from the checkpoint's schema) from `hs`.
+/// Returns each table's persistence state and the report.
+pub(super) fn restore(
+    hs: &HotStore,
+    meta: Option<&CheckpointMeta>,
+    store: &ColumnStore,
+    parallelism: usize,
+    progress: bool,
+) -> Result<(HashMap<String, TableState>, RestoreReport), RdbError> {
+    let started = Instant::now();
+    let mut report = RestoreReport {
+        seq: meta.map(|m| m.seq).unwrap_or(0),
+        ..RestoreReport::default()
+    };
+    let all: Vec<(Key, Value)> = hs.iter_prefix(keys::TABLES_PREFIX).collect();
+    let mut work: BTreeMap<String, TableWork> = BTreeMap::new();
+    let mut stale_gens: BTreeSet<Vec<u8>> = BTreeSet::new();
+    let mut stale_keys: Vec<Key> = Vec::new();
+    for (k, v) in all {
+        let Some(rk) = keys::parse(&k) else {
+            stale_keys.push(k);
+            continue;
+        };
+        let tm = meta.and_then(|m| m.table(rk.table()));
+        let def = store.schema().table(rk.table());
+        match (tm, def) {
+            (Some(tm), Some(def)) if tm.generation == rk.generation() => {
+                if let RecordKey::Segment { first_row, .. } = rk {
+                    if first_row >= tm.rows {
+                        stale_keys.push(k);
+                        continue;
+                    }
+                }
+                work.entry(def.name.clone())
+                    .or_insert_with(|| TableWork {
+                        def: Arc::new(def.clone()),
+                        records: Vec::new(),
+                    })
+                    .records
+                    .push((k, v));
+            }
+            _ => {
+                stale_gens.insert(keys::generation_prefix(rk.table(), rk.generation()));
+            }
+        }
+    }
+
+    let total_rows: u64 = meta
+        .map(|m| m.tables.iter().map(|t| t.rows).sum())
+        .unwrap_or(0);
+    let pb = progress_bar(progress, total_rows);
+    let done_rows = AtomicU64::new(0);
+    let queue: parking_lot::Mutex<Vec<TableWork>> =
+        parking_lot::Mutex::new(work.into_values().collect());
+    let results: parking_lot::Mutex<Vec<(String, Result<Restored, RdbError>)>> = Default::default();
+    let threads = parallelism.clamp(1, queue.lock().len().max(1));
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| loop {
+                let Some(w) = queue.lock().pop() else { break };
+                let name = w.def.name.clone();
+                let tm = meta.and_then(|m| m.table(&name));
+                let r = restore_table(hs, store, w, tm.map(|t| (t.rows, t.next_ordinal)), &|n| {
+                    let d = done_rows.fetch_add(n, Ordering::Relaxed) + n;
+                    pb.set_position(d);
+                });
+                results.lock().push((name, r));
+            });
+        }
+    });
+    pb.finish_and_clear();
+    let mut states = HashMap::new();
+    for (name, r) in results.into_inner() {
+        let r = r?;
+        report.rows.insert(name.clone(), r.rows);
+        report.records += r.records;
+        states.insert(name, r.state);
+    }
+    // Tables the checkpoint names but that had no records (empty when it was
+    // taken) keep their generation, so their next records use it. One that
+    // had rows then must have records: anything else is data lost.
+    if let Some(m) = meta {
+        for t in &m.tables {
+            if t.rows > 0 && !states.contains_key(&t.name) {
+                return Err(RdbError::Restore(format!(
+                    "table '{}': the checkpoint at seq {} holds {} rows but the hot restart store has no record of them",
+                    t.name, m.seq, t.rows
+                )));
+            }
+            states.entry(t.name.clone()).or_insert(TableState {
+                generation: t.generation,
+                store_generation: 0,
+                rows: 0,
+                ordinal_base: t.next_ordinal,
+            });
+            report.rows.entry(t.name.clone()).or_insert(0);
+        }
+    }
+    let fail = |e: tickdb_hotrestart::Error| RdbError::Restore(e.to_string());
+    for p in &stale_gens {
+        hs.clear_prefix(p).map_err(fail)?;
+    }
+    for k in &stale_keys {
+        hs.remove(k).map_err(fail)?;
+    }
+    report.stale_generations_cleared = stale_gens.len() as u64;
+    report.stale_records_removed = stale_keys.len() as u64;
+    if !stale_gens.is_empty() || !stale_keys.is_empty() {
+        hs.sync().map_err(fail)?;
+    }
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok((states, report))
+}
+
+fn progress_bar(show: bool, total: u64) -> ProgressBar {
+    if !show || total == 0 {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template(
+        "restoring tables [{bar:30}] {human_pos}/{human_len} rows ({per_sec}, {eta})",
+    ) {
+        pb.set_style(style.progress_chars("=> "));
+    }
+    pb
+}
+
+/// Restores one table; `tm` is the checkpoint's (rows, next_ordinal) for it.
+fn restore_table(
+    hs: &HotStore,
+    store: &ColumnStore,
+    w: TableWork,
+    tm: Option<(u64, u64)>,
+    progress: &dyn Fn(u64),
+) -> Result<Restored, RdbError> {
+    let def = w.def;
+    let name: Arc<str> = Arc::from(def.name.as_str());
+    let schema = store.schema();
+    let (want_rows, next_ordinal) = tm.unwrap_or((0, 0));
+    let generation = w
+        .records
+        .first()
+        .and_then(|(k, _)| keys::parse(k).map(|r| r.generation()))
+        .unwrap_or(0);
+    let fail = |e: tickdb_core::CoreError| {
+        RdbError::Restore(format!("table '{}': applying restored rows: {e}", def.name))
+    };
+    let records = w.records.len() as u64;
+    match &def.kind {
+        TableKind::Append => {
+            // Key order is row order (big-endian first_row).
+            let mut spans: Vec<(Key, u64, u64)> = Vec::with_capacity(w.records.len());
+            let mut expected = 0u64;
+            for (k, v) in w.records {
+                let Some(RecordKey::Segment { first_row, .. }) = keys::parse(&k) else {
+                    return Err(RdbError::Restore(format!(
+                        "table '{}' is an append table but holds a keyed row record",
+                        def.name
+                    )));
+                };
+                if first_row != expected {
+                    return Err(RdbError::Restore(format!(
+                        "table '{}': rows {expected}..{first_row} are missing from the hot restart store",
+                        def.name
+                    )));
+                }
+                let batch = decode_segment(&def.name, &v.bytes(), schema)?;
+                drop(v);
+                let n = batch.rows as u64;
+                store.apply(&batch).map_err(fail)?;
+                spans.push((k, first_row, n));
+                expected += n;
+                progress(n);
+            }
+            if expected != want_rows {
+                return Err(RdbError::Restore(format!(
+                    "table '{}': the checkpoint holds {want_rows} rows, the store {expected}",
+                    def.name
+                )));
+            }
+            let snap = store.raw_snapshot(&def.name).map_err(fail)?;
+            for (k, first, n) in spans {
+                let pieces = row_pieces(&snap, first as usize, (first + n) as usize);
+                let value = SegmentValue {
+                    table: name.clone(),
+                    pieces,
+                };
+                hs.rebind(&k, Arc::new(value))
+                    .map_err(|e| RdbError::Restore(format!("table '{}': {e}", def.name)))?;
+            }
+            Ok(Restored {
+                state: TableState {
+                    generation,
+                    store_generation: snap.generation,
+                    rows: expected,
+                    ordinal_base: 0,
+                },
+                rows: expected,
+                records,
+            })
+        }
+        TableKind::Keyed { .. } => {
+            let mut rows: Vec<(u64, Key, Batch)> = Vec::with_capacity(w.records.len());
+            for (k, v) in w.records {
+                if !matches!(keys::parse(&k), Some(RecordKey::Row { .. })) {
+                    return Err(RdbError::Restore(format!(
+                        "table '{}' is a keyed table but holds a segment record",
+                        def.name
+                    )));
+                }
+                let (ordinal, b) = decode_row(&def.name, &v.bytes(), schema)?;
+                rows.push((ordinal, k, b));
+            }
+            rows.sort_unstable_by_key(|r| r.0);
+            for group in rows.chunks(RESTORE_ROWS_PER_APPLY) {
+                let parts: Vec<Batch> = group.iter().map(|r| r.2.clone()).collect();
+                if let Some(b) = Batch::concat(&parts) {
+                    store.apply(&b).map_err(fail)?;
+                }
+                progress(group.len() as u64);
+            }
+            let snap = store.raw_snapshot(&def.name).map_err(fail)?;
+            let chunks: Vec<Arc<RecordBatch>> = snap
+                .chunks
+                .iter()
+                .map(|c| Arc::new(c.batch.clone()))
+                .collect();
+            let mut i = 0usize;
+            let mut ci = 0usize;
+            let mut at = 0usize;
+            for (ordinal, k, _) in &rows {
+                while ci < chunks.len() && i >= at + chunks[ci].num_rows() {
+                    at += chunks[ci].num_rows();
+                    ci += 1;
+                }
+                let Some(chunk) = chunks.get(ci) else {
+                    return Err(RdbError::Restore(format!(
+                        "table '{}': restored rows and records differ in number",
+                        def.name
+                    )));
+                };
+                let value = RowValue {
+                    table: name.clone(),
+                    ordinal: *ordinal,
+                    chunk: chunk.clone(),
+                    row: i - at,
+                };
+                hs.rebind(k, Arc::new(value))
+                    .map_err(|e| RdbError::Restore(format!("table '{}': {e}", def.name)))?;
+                i += 1;
+            }
+            let n = rows.len() as u64;
+            let max_next = rows.last().map(|r| r.0 + 1).unwrap_or(0).max(next_ordinal);
+            Ok(Restored {
+                state: TableState {
+                    generation,
+                    store_generation: snap.generation,
+                    rows: n,
+                    ordinal_base: max_next - n,
+                },
+                rows: n,
+                records,
+            })
+        }
+    }
+}
