@@ -151,3 +151,32 @@ impl PgArgs {
         }
     }
 }
+
+#[derive(Args, Debug, Clone)]
+pub struct HotArgs {
+    /// Persist the rdb's tables in a Hot Restart store in DIR (log-structured
+    /// chunk files, see docs/hot-restart.md). A restart reloads DIR at disk
+    /// speed and replays only the journal after the last checkpoint. DIR must
+    /// belong to this rdb alone; it remembers the schema, the subscription
+    /// and the journal position, and a mismatch refuses to start.
+    #[arg(long, value_name = "DIR")]
+    pub hot_restart: Option<PathBuf>,
+    /// Seconds between checkpoints (a consistent cut made durable in the
+    /// store). Also on `POST /checkpoint` and at shutdown.
+    #[arg(long, default_value_t = tickdb_rdb::hot::CHECKPOINT_INTERVAL_S_DEFAULT, value_name = "SECONDS")]
+    pub checkpoint_interval_s: u64,
+    /// Reader threads reloading the store at start (and tables restored in
+    /// parallel).
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    pub hot_restart_parallelism: usize,
+}
+
+impl HotArgs {
+    pub fn options(&self) -> Option<tickdb_rdb::hot::HotOptions> {
+        let dir = self.hot_restart.as_ref()?;
+        let mut o = tickdb_rdb::hot::HotOptions::new(dir);
+        o.parallelism = self.hot_restart_parallelism.clamp(1, 64);
+        o.progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
+        Some(o)
+    }
+}

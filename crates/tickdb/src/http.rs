@@ -37,10 +37,17 @@ pub fn router(state: AppState) -> Router {
         r = r
             .route("/write", post(write))
             .route("/api/v2/write", post(write))
-            .route("/settings", get(settings));
+            .route("/settings", get(settings))
+            .route("/clear", post(clear));
     }
     if state.query.is_some() {
         r = r.route("/exec", get(exec).post(exec));
+    }
+    if state.rdb.is_some() {
+        r = r.route("/checkpoint", post(checkpoint));
+    }
+    if state.rdb.is_some() && state.tp.is_some() {
+        r = r.route("/journal/trim", post(trim_journal));
     }
     r.with_state(state)
 }
@@ -165,6 +172,120 @@ fn tp_error(e: TpError) -> Response {
     }
 }
 
+#[derive(Deserialize)]
+struct ClearParams {
+    tables: Option<String>,
+}
+
+/// Empties tables in every subscriber at one journal sequence (end of day,
+/// an operator's clear): `tables=trade,quote`, or `tables=*` for all.
+async fn clear(State(s): State<AppState>, Query(p): Query<ClearParams>) -> Response {
+    let Some(tp) = s.tp.as_ref() else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let tables: Vec<String> = match p.tables.as_deref().map(str::trim) {
+        None | Some("") => {
+            return json_error(
+                StatusCode::BAD_REQUEST,
+                "invalid",
+                "name the tables to clear: tables=trade,quote (or tables=* for every table)".into(),
+                json!({}),
+            )
+        }
+        Some("*") => Vec::new(),
+        Some(list) => list.split(',').map(|t| t.trim().to_string()).collect(),
+    };
+    match tp.clear_tables(&tables).await {
+        Ok(seq) => json_ok(json!({ "seq": seq, "tables": if tables.is_empty() {
+            tp.schema().tables.iter().map(|t| t.name.clone()).collect()
+        } else { tables } })),
+        Err(e) => tp_error(e),
+    }
+}
+
+fn json_ok(v: serde_json::Value) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response()
+}
+
+/// A checkpoint now (Hot Restart): answers once the store is durable up to
+/// the sequence it reports.
+async fn checkpoint(State(s): State<AppState>) -> Response {
+    let Some(rdb) = s.rdb.clone() else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    if rdb.hot_restart().is_none() {
+        return json_error(
+            StatusCode::CONFLICT,
+            "not persisted",
+            "this rdb was not started with --hot-restart DIR: there is nothing to checkpoint"
+                .into(),
+            json!({}),
+        );
+    }
+    match tokio::task::spawn_blocking(move || rdb.checkpoint()).await {
+        Ok(Ok(Some(r))) => {
+            tickdb_rdb::hot::log_checkpoint("requested", &r);
+            json_ok(serde_json::to_value(&r).unwrap_or_default())
+        }
+        Ok(Ok(None)) => StatusCode::NOT_FOUND.into_response(),
+        Ok(Err(e)) => json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "checkpoint failed",
+            e.to_string(),
+            json!({}),
+        ),
+        Err(e) => json_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal error",
+            e.to_string(),
+            json!({}),
+        ),
+    }
+}
+
+/// Logs a journal trim's outcome.
+pub fn log_trim(r: Result<tickdb_journal::TrimReport, TpError>) {
+    match r {
+        Ok(t) if t.segments_removed.is_empty() => {}
+        Ok(t) => tracing::info!("journal: {t}"),
+        Err(e) => tracing::error!("journal trim failed: {e}"),
+    }
+}
+
+/// Removes the journal segments behind the rdb's last durable checkpoint.
+async fn trim_journal(State(s): State<AppState>) -> Response {
+    let (Some(tp), Some(rdb)) = (s.tp.clone(), s.rdb.clone()) else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let durable = rdb.hot_restart().map(|h| h.durable_seq()).unwrap_or(0);
+    if durable == 0 {
+        return json_error(
+            StatusCode::CONFLICT,
+            "no checkpoint",
+            "the journal can only be trimmed behind a durable checkpoint; start with --hot-restart DIR and POST /checkpoint first".into(),
+            json!({}),
+        );
+    }
+    match tokio::task::spawn_blocking(move || tp.trim_journal(durable)).await {
+        Ok(Ok(r)) => {
+            log_trim(Ok(r.clone()));
+            json_ok(json!({
+                "upto_seq": r.upto_seq,
+                "segments_removed": r.segments_removed.len(),
+                "bytes_removed": r.bytes_removed,
+                "first_seq_kept": r.first_seq_kept,
+            }))
+        }
+        Ok(Err(e)) => tp_error(e),
+        Err(e) => json_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal error",
+            e.to_string(),
+            json!({}),
+        ),
+    }
+}
+
 /// What the QuestDB client asks before writing over HTTP: we speak ILP
 /// protocol version 1 (text) only.
 async fn settings() -> Response {
@@ -254,6 +375,65 @@ async fn metrics(State(s): State<AppState>) -> Response {
             "tickdb_memory_bytes{{domain=\"fsmem\"}} {}",
             st.memory.fsmem
         );
+        if let Some(h) = &st.hot_restart {
+            let gauges: [(&str, &str, f64); 10] = [
+                (
+                    "tickdb_hotrestart_durable_seq",
+                    "gauge",
+                    h.durable_seq as f64,
+                ),
+                ("tickdb_checkpoints_total", "counter", h.checkpoints as f64),
+                (
+                    "tickdb_checkpoint_failures_total",
+                    "counter",
+                    h.checkpoint_failures as f64,
+                ),
+                (
+                    "tickdb_checkpoint_pause_seconds",
+                    "gauge",
+                    h.last_checkpoint
+                        .as_ref()
+                        .map(|c| c.pause_us as f64 / 1e6)
+                        .unwrap_or(0.0),
+                ),
+                (
+                    "tickdb_checkpoint_duration_seconds",
+                    "gauge",
+                    h.last_checkpoint
+                        .as_ref()
+                        .map(|c| c.duration_ms as f64 / 1e3)
+                        .unwrap_or(0.0),
+                ),
+                (
+                    "tickdb_hotrestart_disk_bytes",
+                    "gauge",
+                    h.store.disk_bytes as f64,
+                ),
+                (
+                    "tickdb_hotrestart_garbage_bytes",
+                    "gauge",
+                    h.store.garbage_bytes as f64,
+                ),
+                (
+                    "tickdb_hotrestart_write_amplification",
+                    "gauge",
+                    h.store.write_amplification,
+                ),
+                (
+                    "tickdb_hotrestart_gc_runs_total",
+                    "counter",
+                    h.store.gc_runs as f64,
+                ),
+                (
+                    "tickdb_hotrestart_reload_seconds",
+                    "gauge",
+                    h.reload_seconds,
+                ),
+            ];
+            for (name, kind, v) in gauges {
+                let _ = writeln!(out, "# TYPE {name} {kind}\n{name} {v}");
+            }
+        }
     }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }

@@ -5,6 +5,7 @@ mod cmd_journal;
 mod demo_feed;
 mod embedded_rdb;
 mod http;
+mod persist;
 mod roles;
 
 use clap::{Parser, Subcommand};

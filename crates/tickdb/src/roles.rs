@@ -2,7 +2,7 @@
 //! start-up at once with one clear line), open the journal, start the
 //! servers, and stop cleanly on SIGINT/SIGTERM (final journal sync).
 
-use crate::cli::{FsyncArg, MemArgs, NetArgs, PgArgs, QueryArgs, SchemaArgs, TpArgs};
+use crate::cli::{FsyncArg, HotArgs, MemArgs, NetArgs, PgArgs, QueryArgs, SchemaArgs, TpArgs};
 use crate::http::{self, AppState};
 use clap::Args;
 use std::net::IpAddr;
@@ -17,7 +17,6 @@ use tickdb_journal::{FsyncPolicy, RecoveryMode};
 use tickdb_net::ListenSpec;
 use tickdb_query::{QueryEngine, QueryOptions};
 use tickdb_rdb::remote::{self, Interest};
-use tickdb_rdb::Rdb;
 use tickdb_tp::{Tickerplant, TpConfig};
 use tokio::net::TcpListener;
 
@@ -42,6 +41,14 @@ pub struct UpArgs {
     pub mem: MemArgs,
     #[command(flatten)]
     pub query: QueryArgs,
+    #[command(flatten)]
+    pub hot: HotArgs,
+    /// With --hot-restart: after each durable checkpoint, remove the journal
+    /// segments whose records it covers (POST /journal/trim does it on
+    /// command). Subscribers that need those records (a remote rdb replaying
+    /// from the start, a late aggregation engine) can then no longer get them.
+    #[arg(long)]
+    pub trim_journal: bool,
     /// Run a built-in simulated feed at RATE updates/s (trades and quotes
     /// 1:10, random-walk prices), so data flows at once.
     #[arg(long, value_name = "RATE")]
@@ -89,6 +96,8 @@ pub struct RdbArgs {
     pub mem: MemArgs,
     #[command(flatten)]
     pub query: QueryArgs,
+    #[command(flatten)]
+    pub hot: HotArgs,
 }
 
 async fn bind(ip: IpAddr, spec: &ListenSpec, what: &str) -> Result<TcpListener, String> {
@@ -163,7 +172,7 @@ fn open_tp(
     Ok(tp)
 }
 
-fn make_store(schema: &Schema, mem: &MemArgs) -> Result<Arc<Store>, String> {
+pub(crate) fn make_store(schema: &Schema, mem: &MemArgs) -> Result<Arc<Store>, String> {
     let mut schema = schema.clone();
     schema
         .place(&mem.fsmem, Domain::Fsmem)
@@ -212,10 +221,30 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
     let ilp_l = bind(a.net.bind, &a.tp.ilp_port, "ILP TCP").await?;
     let sub_l = bind(a.net.bind, &a.tp.tp_port, "tp subscriptions").await?;
     let pg_l = bind(a.net.bind, &a.pg_port, "PostgreSQL").await?;
-    let store = make_store(&schema, &a.mem)?;
-    let tp = open_tp(&a.tp, Arc::new(schema), toml)?;
-    let rdb = Rdb::new(store.clone());
-    let engine = query_engine(store, &a.query)?;
+    if a.trim_journal && a.hot.hot_restart.is_none() {
+        return Err("--trim-journal needs --hot-restart: the journal may only be trimmed behind a durable checkpoint".into());
+    }
+    let hot = crate::persist::open(&a.hot)?;
+    let tp = open_tp(&a.tp, Arc::new(schema.clone()), toml.clone())?;
+    if let Some(h) = &hot {
+        h.check_compatible(&schema, &[], &[], tp.seq())
+            .map_err(|e| e.to_string())?;
+    }
+    let rdb = crate::persist::rdb(hot, &schema, &toml, &a.mem, &[], &[])?;
+    let mut schedule = {
+        let tp = tp.clone();
+        let trim = a.trim_journal;
+        crate::persist::schedule(
+            &rdb,
+            &a.hot,
+            Box::new(move |r| {
+                if trim {
+                    crate::http::log_trim(tp.trim_journal(r.seq));
+                }
+            }),
+        )?
+    };
+    let engine = query_engine(rdb.store().clone(), &a.query)?;
     let ready = Arc::new(AtomicBool::new(false));
     let rdb_thread = {
         let (tp, rdb, ready) = (tp.clone(), rdb.clone(), ready.clone());
@@ -226,7 +255,7 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
     };
     let state = AppState {
         tp: Some(tp.clone()),
-        rdb: Some(rdb),
+        rdb: Some(rdb.clone()),
         query: Some(engine.clone()),
         ready: ready.clone(),
     };
@@ -259,6 +288,10 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
     let tp2 = tp.clone();
     let _ = tokio::task::spawn_blocking(move || tp2.shutdown()).await;
     let _ = rdb_thread.join();
+    if let Some(s) = schedule.as_mut() {
+        s.stop();
+    }
+    let _ = tokio::task::spawn_blocking(move || crate::persist::final_checkpoint(&rdb)).await;
     Ok(())
 }
 
@@ -298,11 +331,19 @@ pub async fn rdb(a: RdbArgs) -> Result<(), String> {
         tables: a.tables.clone(),
         symbols: a.symbols.clone(),
     };
+    // With a checkpoint in the Hot Restart store the rdb restores it and asks
+    // the tp only for what came after.
+    let hot = crate::persist::open(&a.hot)?;
+    let from_seq = hot
+        .as_ref()
+        .and_then(|h| h.checkpoint_found())
+        .map(|m| m.seq + 1)
+        .unwrap_or(1);
     // The tp's schema arrives with the subscription; keep trying until the
     // tp answers, saying so.
     let mut delay = remote::RECONNECT_DELAY_MS_MIN;
     let first = loop {
-        match remote::link(&a.tp, 1, &interest).await {
+        match remote::link(&a.tp, from_seq, &interest).await {
             Ok(l) => break l,
             Err(e) => {
                 tracing::warn!("{e}; retrying in {delay} ms");
@@ -316,9 +357,20 @@ pub async fn rdb(a: RdbArgs) -> Result<(), String> {
     };
     let schema = Schema::parse(&first.schema_toml, &format!("schema from tp {}", a.tp))
         .map_err(|e| e.to_string())?;
-    let store = make_store(&schema, &a.mem)?;
-    let rdb = Rdb::new(store.clone());
-    let engine = query_engine(store, &a.query)?;
+    if let Some(h) = &hot {
+        h.check_compatible(&schema, &a.tables, &a.symbols, first.current_seq)
+            .map_err(|e| e.to_string())?;
+    }
+    let rdb = crate::persist::rdb(
+        hot,
+        &schema,
+        &first.schema_toml,
+        &a.mem,
+        &a.tables,
+        &a.symbols,
+    )?;
+    let mut schedule = crate::persist::schedule(&rdb, &a.hot, Box::new(|_| {}))?;
+    let engine = query_engine(rdb.store().clone(), &a.query)?;
     let ready = Arc::new(AtomicBool::new(false));
     let target = first.current_seq;
     {
@@ -346,12 +398,26 @@ pub async fn rdb(a: RdbArgs) -> Result<(), String> {
         a.pg_port,
         a.pg.describe()
     );
-    let follow = tokio::spawn(remote::follow(rdb, a.tp.clone(), interest, Some(first)));
-    tokio::select! {
-        _ = shutdown_signal() => Ok(()),
-        r = follow => match r {
+    let mut follow = tokio::spawn(remote::follow(
+        rdb.clone(),
+        a.tp.clone(),
+        interest,
+        Some(first),
+    ));
+    let result = tokio::select! {
+        _ = shutdown_signal() => {
+            follow.abort();
+            Ok(())
+        }
+        r = &mut follow => match r {
             Ok(e) => Err(e.to_string()),
             Err(e) => Err(format!("rdb follower stopped: {e}")),
         },
+    };
+    if let Some(s) = schedule.as_mut() {
+        s.stop();
     }
+    // Whatever was applied is consistent: the last checkpoint keeps it.
+    let _ = tokio::task::spawn_blocking(move || crate::persist::final_checkpoint(&rdb)).await;
+    result
 }

@@ -126,9 +126,22 @@ async fn subscriber(
     filter: SubFilter,
     from_seq: u64,
 ) -> Result<(), String> {
-    let sub = tp
-        .subscribe(&format!("rdb@{peer}"), filter.clone(), from_seq)
-        .map_err(|e| e.to_string())?;
+    let sub = match tp.subscribe(&format!("rdb@{peer}"), filter.clone(), from_seq) {
+        Ok(s) => s,
+        Err(e) => {
+            // Tell the subscriber why, as the protocol promises, then close.
+            let message = e.to_string();
+            let _ = write_message(
+                &mut wr,
+                &Message::Error {
+                    message: message.clone(),
+                },
+            )
+            .await;
+            let _ = wr.flush().await;
+            return Err(message);
+        }
+    };
     let queue = sub.queue.clone();
     let id = queue.id();
     let result = async {

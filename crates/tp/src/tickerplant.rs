@@ -11,8 +11,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tickdb_core::{Batch, Schema};
 use tickdb_journal::{
-    FsStorage, FsyncPolicy, Journal, JournalOptions, JournalReader, RecoveryMode, RecoveryReport,
-    Storage,
+    FsStorage, FsyncPolicy, Journal, JournalError, JournalOptions, JournalReader, RecoveryMode,
+    RecoveryReport, Storage,
 };
 use tokio::sync::oneshot;
 
@@ -232,6 +232,15 @@ impl Tickerplant {
         self.write(batches).await
     }
 
+    /// Removes the journal segments whose records are all at or before
+    /// `upto_seq` (never the segment being written). The caller must hold
+    /// those records durably elsewhere: an rdb's Hot Restart checkpoint at
+    /// `upto_seq` or later. Returns after the directory fsync.
+    pub fn trim_journal(&self, upto_seq: u64) -> Result<tickdb_journal::TrimReport, TpError> {
+        tickdb_journal::trim(&FsStorage, &self.cfg.journal_dir, upto_seq.min(self.seq()))
+            .map_err(|e| TpError::Io(format!("trimming the journal: {e}")))
+    }
+
     /// Registers a subscriber that has applied everything before `from_seq`.
     pub fn subscribe(
         &self,
@@ -241,10 +250,24 @@ impl Tickerplant {
     ) -> Result<Subscription, TpError> {
         let (queue, current_seq) = self.hub.subscribe(name, filter);
         let catchup = if from_seq <= current_seq {
-            Some(
-                JournalReader::open(&self.cfg.journal_dir, from_seq.max(1), current_seq)
-                    .map_err(|e| TpError::Io(format!("opening journal for replay: {e}")))?,
-            )
+            match JournalReader::open(&self.cfg.journal_dir, from_seq.max(1), current_seq) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    self.hub.unsubscribe(queue.id());
+                    return Err(TpError::Io(match e {
+                        JournalError::MissingSegment {
+                            found, expected, ..
+                        } if expected < found => {
+                            format!(
+                                "the journal no longer holds seq {expected}: it starts at seq {found} \
+                                 (trimmed behind a checkpoint, or segments removed); subscribe from \
+                                 seq {found} or later"
+                            )
+                        }
+                        e => format!("opening journal for replay: {e}"),
+                    }));
+                }
+            }
         } else {
             None
         };
