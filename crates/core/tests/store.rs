@@ -195,3 +195,25 @@ fn fsmem_placement_without_dir_is_refused() {
         .unwrap();
     assert!(e.to_string().contains("--fsmem-dir"), "{e}");
 }
+
+#[test]
+fn clear_markers_empty_a_table_and_pins_keep_their_moment() {
+    let schema = Arc::new(Schema::default_schema());
+    let store = Store::new(schema.clone(), Domains::new(None).unwrap()).unwrap();
+    store.apply(&trades(&schema, 0, 5000, &["A", "B"])).unwrap();
+    let pin = store.pin("trade").unwrap();
+    store
+        .apply(&tickdb_core::Batch::clear_marker("trade"))
+        .unwrap();
+    assert_eq!(sum_size(&store), (0, 0));
+    let now = store.raw_snapshot("trade").unwrap();
+    assert_eq!((now.rows, now.generation), (0, 1));
+    // The pin still sees the rows as they were, in the old generation.
+    let then = pin.raw_snapshot().unwrap();
+    assert_eq!((then.rows, then.generation), (5000, 0));
+    store.apply(&trades(&schema, 0, 10, &["C"])).unwrap();
+    assert_eq!(sum_size(&store), (10, 45));
+    assert!(store
+        .apply(&tickdb_core::Batch::clear_marker("nosuch"))
+        .is_err());
+}

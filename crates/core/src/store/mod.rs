@@ -14,7 +14,7 @@ mod symbols;
 mod table;
 
 pub use snapshot::{ChunkSnapshot, SymIndex, TableSnapshot};
-pub use table::arrow_schema;
+pub use table::{arrow_schema, TablePin};
 
 use crate::batch::Batch;
 use crate::domain::{Domain, Domains};
@@ -35,7 +35,7 @@ pub const VAR_BYTES_PER_ROW: usize = 16;
 pub struct Store {
     schema: Arc<Schema>,
     domains: Domains,
-    tables: Vec<TableStore>,
+    tables: Vec<Arc<TableStore>>,
     by_name: HashMap<String, usize>,
 }
 
@@ -59,10 +59,10 @@ impl Store {
                 }
             }
         }
-        let tables: Vec<TableStore> = schema
+        let tables: Vec<Arc<TableStore>> = schema
             .tables
             .iter()
-            .map(|t| TableStore::new(Arc::new(t.clone()), domains.clone()))
+            .map(|t| Arc::new(TableStore::new(Arc::new(t.clone()), domains.clone())))
             .collect();
         let by_name = schema
             .tables
@@ -116,14 +116,22 @@ impl Store {
         self.tables[*i].snapshot()
     }
 
-    /// Every row of a table as appended, keyed tables included (where
-    /// `snapshot` keeps the latest row per key), with its generation.
-    pub fn raw_snapshot(&self, table: &str) -> Result<TableSnapshot> {
+    /// A table's state as of now, for a snapshot of every row as appended
+    /// (`TablePin::raw_snapshot`; keyed tables included, where `snapshot`
+    /// keeps the latest row per key). Pinning is one `Arc` copy, so a
+    /// consistent cut of every table can be taken under a lock whatever the
+    /// data size, and the snapshots built after it is released.
+    pub fn pin(&self, table: &str) -> Result<TablePin> {
         let i = self
             .by_name
             .get(table)
             .ok_or_else(|| CoreError::UnknownTable(table.to_string()))?;
-        self.tables[*i].raw_snapshot_now()
+        Ok(self.tables[*i].pin())
+    }
+
+    /// Every row of a table as appended now (see `pin`).
+    pub fn raw_snapshot(&self, table: &str) -> Result<TableSnapshot> {
+        self.pin(table)?.raw_snapshot()
     }
 
     /// Rows visible now, per table, in schema order.

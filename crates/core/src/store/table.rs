@@ -270,10 +270,13 @@ impl TableStore {
         self.raw_snapshot(&p)
     }
 
-    /// Every row as appended, also for a keyed table (where `snapshot` keeps
-    /// only the latest row per key): what persistence writes.
-    pub fn raw_snapshot_now(&self) -> Result<TableSnapshot> {
-        self.raw_snapshot(&self.published.load_full())
+    /// The table's published state as of now: one `Arc` copy. What a
+    /// consistent cut takes under a lock; the snapshot is built from it later.
+    pub fn pin(self: &Arc<Self>) -> TablePin {
+        TablePin {
+            table: self.clone(),
+            published: self.published.load_full(),
+        }
     }
 
     fn raw_snapshot(&self, p: &Published) -> Result<TableSnapshot> {
@@ -291,6 +294,21 @@ impl TableStore {
             symbols: p.dict.clone(),
             generation: p.generation,
         })
+    }
+}
+
+/// A table's published state held at one moment (`TableStore::pin`).
+pub struct TablePin {
+    table: Arc<TableStore>,
+    published: Arc<Published>,
+}
+
+impl TablePin {
+    /// Every row as appended at the pinned moment, also for a keyed table
+    /// (where `snapshot` keeps only the latest row per key): what persistence
+    /// writes.
+    pub fn raw_snapshot(&self) -> Result<TableSnapshot> {
+        self.table.raw_snapshot(&self.published)
     }
 }
 

@@ -2,10 +2,11 @@
 //! made durable in the Hot Restart store.
 //!
 //! 1. The cut: under the rdb's apply lock (so between two updates) read S and
-//!    take a raw snapshot of each table. Snapshots are `Arc`s of immutable
-//!    chunks and of the active chunk's published length, so the lock is held
-//!    for a pointer copy per table, whatever the data size: that is the whole
-//!    ingest pause, and it is measured.
+//!    pin each table's published state (`Store::pin`: one `Arc` copy per
+//!    table, whatever the data size). That is the whole ingest pause, and it
+//!    is measured. The raw snapshots (immutable chunks and the active chunk
+//!    cut at its published length) are built from the pins after the lock is
+//!    released.
 //! 2. Without the lock: write the rows added since the last checkpoint. An
 //!    append table gets segment records (its new rows, at most
 //!    `SEGMENT_ROWS_MAX` a record); a keyed table gets one row record per key
@@ -67,20 +68,28 @@ struct Cut {
 
 fn take_cut(rdb: &Rdb) -> Result<Cut, RdbError> {
     let asked = Instant::now();
-    let (seq, snaps, held) = rdb.paused(|seq| {
+    // Under the lock only one Arc copy per table; the snapshots are built
+    // after it is released.
+    let (seq, pins, held) = rdb.paused(|seq| {
         let held = Instant::now();
-        let snaps: Result<Vec<_>, _> = rdb
+        let pins: Result<Vec<_>, _> = rdb
             .store()
             .schema()
             .tables
             .iter()
-            .map(|t| rdb.store().raw_snapshot(&t.name))
+            .map(|t| rdb.store().pin(&t.name))
             .collect();
-        (seq, snaps, held)
+        (seq, pins, held.elapsed())
     });
-    let pause = held.elapsed();
+    let pause = held;
     let wait = asked.elapsed().saturating_sub(pause);
-    let snaps = snaps.map_err(|e| RdbError::Checkpoint(format!("snapshot: {e}")))?;
+    let snap_err = |e: tickdb_core::CoreError| RdbError::Checkpoint(format!("snapshot: {e}"));
+    let snaps = pins
+        .map_err(snap_err)?
+        .iter()
+        .map(|p| p.raw_snapshot())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(snap_err)?;
     Ok(Cut {
         seq,
         tables: snaps.into_iter().map(|s| (s.def.clone(), s)).collect(),
@@ -217,7 +226,7 @@ pub(super) fn run(hot: &HotRestart, rdb: &Rdb) -> Result<CheckpointReport, RdbEr
             "the store was not restored before the first checkpoint".into(),
         ));
     };
-    let bytes_before = hot.store.stats().user_bytes_written;
+    let bytes_before = hot.store.io_stats().user_bytes_written;
     let cut = take_cut(rdb)?;
     let mut next: HashMap<String, TableState> = ck.tables.clone();
     let mut stale: Vec<(String, u64)> = Vec::new();
@@ -285,7 +294,6 @@ pub(super) fn run(hot: &HotRestart, rdb: &Rdb) -> Result<CheckpointReport, RdbEr
     hot.store.sync().map_err(durable)?;
     // Durable up to cut.seq from here on.
     ck.tables = next;
-    ck.durable = Some(meta);
     hot.durable_seq
         .store(cut.seq, std::sync::atomic::Ordering::Release);
     if crash == Some(CheckpointCrash::BeforeClear) {
@@ -304,7 +312,7 @@ pub(super) fn run(hot: &HotRestart, rdb: &Rdb) -> Result<CheckpointReport, RdbEr
         duration_ms: started.elapsed().as_millis() as u64,
         rows_written: w.rows,
         records_written: w.records,
-        bytes_written: hot.store.stats().user_bytes_written - bytes_before,
+        bytes_written: hot.store.io_stats().user_bytes_written - bytes_before,
         tables_cleared: stale.into_iter().map(|(t, _)| t).collect(),
     })
 }

@@ -92,8 +92,6 @@ struct Setup {
 struct CkState {
     setup: Option<Setup>,
     tables: HashMap<String, TableState>,
-    /// The last durable checkpoint.
-    durable: Option<CheckpointMeta>,
 }
 
 #[derive(Default)]
@@ -323,7 +321,6 @@ impl HotRestart {
             symbols_filter: symbols_filter.to_vec(),
         });
         ck.tables = tables;
-        ck.durable = self.loaded.clone();
         self.counts.lock().restore = Some(report.clone());
         Ok(report)
     }
