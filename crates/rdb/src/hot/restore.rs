@@ -291,10 +291,9 @@ fn restore_table(
                 .iter()
                 .map(|c| Arc::new(c.batch.clone()))
                 .collect();
-            let mut i = 0usize;
             let mut ci = 0usize;
             let mut at = 0usize;
-            for (ordinal, k, _) in &rows {
+            for (i, (ordinal, k, _)) in rows.iter().enumerate() {
                 while ci < chunks.len() && i >= at + chunks[ci].num_rows() {
                     at += chunks[ci].num_rows();
                     ci += 1;
@@ -313,7 +312,6 @@ fn restore_table(
                 };
                 hs.rebind(k, Arc::new(value))
                     .map_err(|e| RdbError::Restore(format!("table '{}': {e}", def.name)))?;
-                i += 1;
             }
             let n = rows.len() as u64;
             let max_next = rows.last().map(|r| r.0 + 1).unwrap_or(0).max(next_ordinal);
