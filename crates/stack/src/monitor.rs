@@ -31,6 +31,7 @@ use crate::http::HttpClient;
 use crate::plot::{Chart, Series};
 use crate::procfs;
 use crate::signal;
+use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -400,6 +401,11 @@ fn charts(label: &str, samples: &[Sample]) -> (Chart, Chart) {
     (latency, memory)
 }
 
+fn ms_text(x: Option<f64>) -> String {
+    x.map(|v| format!("{v:.1} ms"))
+        .unwrap_or_else(|| "-".into())
+}
+
 fn write_file(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).map_err(StackError::io(format!("writing {}", path.display())))
 }
@@ -438,6 +444,15 @@ pub fn run(a: MonitorArgs) -> Result<MonitorSummary> {
             .unwrap_or_else(|| " until Ctrl-C".into()),
         a.out.display()
     );
+    // A bar on a terminal only (indicatif draws nothing otherwise).
+    let pb = match duration {
+        Some(d) => ProgressBar::new(d.as_millis() as u64),
+        None => ProgressBar::new_spinner(),
+    };
+    pb.set_style(
+        ProgressStyle::with_template("monitor {bar:30} {elapsed} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
     let mut samples: Vec<Sample> = Vec::new();
     let mut errors = 0u64;
     let mut next = started;
@@ -458,6 +473,14 @@ pub fn run(a: MonitorArgs) -> Result<MonitorSummary> {
                 csv.row(&s.csv_row())
                     .and_then(|_| csv.flush())
                     .map_err(StackError::io(format!("writing {}", csv_path.display())))?;
+                pb.set_position(started.elapsed().as_millis() as u64);
+                pb.set_message(format!(
+                    "poll {}: trade {} quote {} as-of {}",
+                    samples.len() + 1,
+                    ms_text(s.trade_latency_ms),
+                    ms_text(s.quote_latency_ms),
+                    ms_text(s.asof_ms)
+                ));
                 if samples.len() < SAMPLES_MAX {
                     samples.push(s);
                 }
@@ -474,6 +497,7 @@ pub fn run(a: MonitorArgs) -> Result<MonitorSummary> {
             next = now;
         }
     }
+    pb.finish_and_clear();
     let seconds = started.elapsed().as_secs_f64();
     let mut summary = MonitorSummary::from_samples(&a, &samples, seconds);
     summary.errors = errors;
