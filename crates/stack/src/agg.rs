@@ -494,6 +494,15 @@ impl Aggregator {
         out
     }
 
+    /// Marks every bar and daily row held as changed: after a broken link
+    /// a write may have been lost before its ack, so the next publish sends
+    /// everything held again (upserts: sending a row twice is harmless).
+    pub fn mark_all_changed(&mut self) {
+        self.dirty_trade.extend(self.trade_bars.keys().copied());
+        self.dirty_quote.extend(self.quote_bars.keys().copied());
+        self.dirty_daily.extend(self.daily.keys().copied());
+    }
+
     /// Minute bars held in memory now.
     pub fn bars_held(&self) -> usize {
         self.trade_bars.len() + self.quote_bars.len()
@@ -672,8 +681,9 @@ async fn session_inner(
             ))
         }
     };
-    if agg_slot.is_none() {
-        *agg_slot = Some(Aggregator::new(&schema, a.keep_minutes)?);
+    match agg_slot {
+        None => *agg_slot = Some(Aggregator::new(&schema, a.keep_minutes)?),
+        Some(agg) => agg.mark_all_changed(),
     }
     let agg = agg_slot.as_mut().expect("set above");
     let mut publisher = connect(&a.tp).await?;
@@ -883,6 +893,18 @@ mod tests {
             out.iter().map(|b| b.table.as_str()).collect::<Vec<_>>(),
             ["daily"]
         );
+    }
+
+    #[test]
+    fn after_a_broken_link_everything_held_is_sent_again() {
+        let schema = Schema::default_schema();
+        let mut agg = Aggregator::new(&schema, 10).unwrap();
+        agg.fold(&batch(&schema, "trade", &[(1, "A", 1.0, 1.0), (2, "B", 1.0, 1.0)]))
+            .unwrap();
+        agg.fold(&batch(&schema, "quote", &[(3, "A", 1.0, 1.1)])).unwrap();
+        assert_eq!(agg.take_changes(4).iter().map(rows_of).sum::<usize>(), 5);
+        agg.mark_all_changed();
+        assert_eq!(agg.take_changes(5).iter().map(rows_of).sum::<usize>(), 5);
     }
 
     #[test]
