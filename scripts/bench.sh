@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Regenerates docs/benchmarks.md: builds the release binary, then runs every
-# benchmark with its peer in the same run: ingest, latency and journal
-# (`tickdb bench report`: QuestDB from Maven Central, which needs java and,
-# on first use, network access to download the jar; dd), then SQL
+# benchmark with its peer in the same run: ingest, latency and journal, the
+# market-data stack (seed 004: DRAM against fsmem rdbs) and the bulk insert
+# (seed 000) (`tickdb bench report`: QuestDB from Maven Central, which needs
+# java and, on first use, network access to download the jar; dd), then SQL
 # (scripts/bench_query.py: QuestDB and DuckDB).
 #
-#   scripts/bench.sh                full sizes (about 10 minutes on 2 cores, most of it
-#                                   QuestDB's 5M x 5M ASOF JOIN)
+#   scripts/bench.sh                full sizes (about 15 minutes on 2 cores: QuestDB's
+#                                   5M x 5M ASOF JOIN, and 7 stack scenarios of 20 s)
 #   scripts/bench.sh --quick        small sizes, one repeat (a few minutes)
 #   scripts/bench.sh --no-questdb   without QuestDB
 set -euo pipefail

@@ -89,6 +89,39 @@ impl Child {
         Ok(())
     }
 
+    /// The process id, while it is ours.
+    pub fn pid(&self) -> Option<u32> {
+        self.inner.as_ref().map(|c| c.id())
+    }
+
+    /// Waits for the process to exit by itself (a feed or monitor with a
+    /// duration); Ctrl-C and `timeout` stop the wait with an error.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Result<std::process::ExitStatus> {
+        let end = Instant::now() + timeout;
+        loop {
+            check_interrupt()?;
+            let Some(c) = self.inner.as_mut() else {
+                return Err(BenchError::Server(format!(
+                    "{} was already stopped",
+                    self.name
+                )));
+            };
+            if let Ok(Some(st)) = c.try_wait() {
+                self.inner = None;
+                return Ok(st);
+            }
+            if Instant::now() > end {
+                return Err(BenchError::Server(format!(
+                    "{} did not finish within {timeout:?}; log {}:\n{}",
+                    self.name,
+                    self.log.display(),
+                    log_tail(&self.log)
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// SIGTERM, then SIGKILL to the group after `grace`.
     pub fn stop(&mut self, grace: Duration) {
         let Some(mut c) = self.inner.take() else {

@@ -78,7 +78,8 @@ fn record_payload() -> Vec<u8> {
     tickdb_core::codec::encode_to_vec(&[b.finish()])
 }
 
-fn dd(work: &Path, megabytes: u64) -> Result<f64> {
+/// The raw disk's sequential write speed: `dd … conv=fdatasync`, MB/s.
+pub fn dd(work: &Path, megabytes: u64) -> Result<f64> {
     let file = work.join("dd.bin");
     let t0 = Instant::now();
     let out = Command::new("dd")

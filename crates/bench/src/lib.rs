@@ -8,10 +8,12 @@ mod child;
 mod error;
 mod http;
 mod ingest;
+pub mod insert;
 mod journal;
 mod latency;
 mod machine;
 mod servers;
+pub mod stack;
 mod stats;
 
 use clap::{Args, Subcommand};
@@ -42,8 +44,84 @@ enum BenchCmd {
     /// Journal append MB/s per fsync policy against dd, and group commit with
     /// 1, 4 and 16 writers.
     Journal(JournalArgs),
+    /// Seed 004's test stack: K complete stacks (feed → tp → agg → rdb →
+    /// monitor, separate processes), DRAM rdbs against fsmem rdbs; writes
+    /// the seed's Test 1 and Test 2 tables.
+    Stack(StackArgs),
+    /// Seed 000's bulk-insert client: 10k-row trade inserts over one
+    /// connection until N rows are acknowledged; MB/s, rows/s, and the
+    /// server's CPU and RSS every second; dd and QuestDB in the same run.
+    Insert(InsertArgs),
     /// Run every benchmark and regenerate docs/benchmarks.md.
     Report(ReportArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+struct StackArgs {
+    /// Updates per second per stack, trades:quotes 1:10 (the seed: 48000).
+    #[arg(long, default_value_t = 8000)]
+    rate: u64,
+    /// Seconds measured per scenario (the seed: 1800).
+    #[arg(long, default_value_t = 20.0)]
+    seconds: f64,
+    /// Rows preloaded into each stack before it is measured (the seed: 65M).
+    #[arg(long, default_value = "1M", value_parser = tickdb_stack::feed::parse_count)]
+    prestress: u64,
+    /// Symbols in the feed's universe.
+    #[arg(long, default_value_t = 2000)]
+    symbols: usize,
+    /// Test 1 scenarios, MONITOR_MS:TP_MS each (tp 0 = zero-latency). The
+    /// default is the seed's four plus zero-latency.
+    #[arg(long, value_delimiter = ',', default_value = "300:50,50:50,20:50,50:1000,50:0", value_parser = stack::parse_timers)]
+    timers: Vec<stack::Timers>,
+    /// Test 2: DRAM rdbs (stacks) run together.
+    #[arg(long, default_value_t = 2)]
+    dram_rdbs: usize,
+    /// Test 2: fsmem rdbs run together. Default: as many as fit in the DRAM
+    /// the DRAM rdbs used, at most 2 stacks per core.
+    #[arg(long)]
+    fsmem_rdbs: Option<usize>,
+    /// Test 2's timers, MONITOR_MS:TP_MS (the seed: a 1 s tp timer).
+    #[arg(long, default_value = "50:1000", value_parser = stack::parse_timers)]
+    test2_timers: stack::Timers,
+    /// Which tests to run.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    tests: Vec<u8>,
+    /// The agg publishes changed bars this often.
+    #[arg(long, default_value_t = 100)]
+    publish_ms: u64,
+    /// The tps' fsync policy (kdb+ tps log without fsync).
+    #[arg(long, default_value = "never")]
+    fsync: String,
+    /// The feeds' seed (every stack of a scenario gets the same data).
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// The seed's sizes: 48,000 updates/s per stack, 30 min per scenario,
+    /// 65M rows preloaded, 10 fsmem rdbs in Test 2 (overrides those flags;
+    /// needs a machine like the seed's).
+    #[arg(long)]
+    full: bool,
+    /// Also write the results as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+#[derive(Args, Debug, Clone)]
+struct InsertArgs {
+    /// Rows to insert per server (the seed inserted 271.6 GB).
+    #[arg(long, default_value = "2M", value_parser = tickdb_stack::feed::parse_count)]
+    rows: u64,
+    /// `tickdb up` fsync policies to measure.
+    #[arg(long, value_delimiter = ',', default_value = "never,always")]
+    fsync: Vec<String>,
+    /// Skip QuestDB.
+    #[arg(long)]
+    no_questdb: bool,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Also write the results as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -147,6 +225,20 @@ fn run_inner(args: BenchArgs) -> Result<()> {
             let r = journal::run(&bin, &work, &journal_opts(&a))?;
             println!("{}", r.markdown());
         }
+        BenchCmd::Stack(a) => {
+            let r = stack::run(&bin, &work, &stack_opts(&a))?;
+            if let Some(p) = &a.json {
+                write_json(p, &r)?;
+            }
+            println!("{}", r.markdown());
+        }
+        BenchCmd::Insert(a) => {
+            let r = insert::run(&bin, &work, &insert_opts(&a))?;
+            if let Some(p) = &a.json {
+                write_json(p, &r)?;
+            }
+            println!("{}", r.markdown());
+        }
         BenchCmd::Report(a) => report(&bin, &work, &a)?,
     }
     Ok(())
@@ -159,6 +251,45 @@ fn ingest_opts(a: &IngestArgs) -> ingest::IngestOptions {
         conns: a.conns.clone(),
         seed: a.seed,
         questdb: !a.no_questdb,
+    }
+}
+
+fn write_json<T: serde::Serialize>(p: &Path, v: &T) -> Result<()> {
+    let text = serde_json::to_string_pretty(v)
+        .map_err(|e| BenchError::Protocol(format!("encoding results: {e}")))?;
+    std::fs::write(p, text).map_err(BenchError::io(format!("writing {}", p.display())))
+}
+
+fn stack_opts(a: &StackArgs) -> stack::StackOptions {
+    let mut o = stack::StackOptions {
+        rate: a.rate,
+        seconds: a.seconds,
+        prestress: a.prestress,
+        symbols: a.symbols,
+        timers: a.timers.clone(),
+        dram_rdbs: a.dram_rdbs,
+        fsmem_rdbs: a.fsmem_rdbs,
+        test2_timers: a.test2_timers,
+        tests: a.tests.clone(),
+        publish_ms: a.publish_ms,
+        seed: a.seed,
+        fsync: a.fsync.clone(),
+    };
+    if a.full {
+        o.rate = 48_000;
+        o.seconds = 1800.0;
+        o.prestress = tickdb_stack::feed::SEED_PRESTRESS_ROWS;
+        o.fsmem_rdbs = Some(10);
+    }
+    o
+}
+
+fn insert_opts(a: &InsertArgs) -> insert::InsertBenchOptions {
+    insert::InsertBenchOptions {
+        rows: a.rows,
+        fsync: a.fsync.clone(),
+        questdb: !a.no_questdb,
+        seed: a.seed,
     }
 }
 
@@ -244,6 +375,7 @@ fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
     };
     eprintln!("[3/3] journal");
     let jr = journal::run(bin, work, &journal_opts(&ja))?;
+    let stack_md = stack_and_insert_sections(bin, work, a)?;
     let secs = started.elapsed().map(|d| d.as_secs()).unwrap_or(0);
     let date = today_utc();
     let profile = if cfg!(debug_assertions) {
@@ -273,9 +405,59 @@ fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
     }
     md.push_str("\n## Journal (issue #4)\n\n");
     md.push_str(&jr.markdown());
+    md.push_str(&stack_md);
     std::fs::write(&a.out, md).map_err(BenchError::io(format!("writing {}", a.out.display())))?;
     eprintln!("wrote {}", a.out.display());
     Ok(())
+}
+
+/// Issue #6's sections of the report: the market-data stack (seed 004's
+/// Test 1 and Test 2) and the bulk insert (seed 000), as markdown.
+fn stack_and_insert_sections(bin: &Path, work: &Path, a: &ReportArgs) -> Result<String> {
+    let mut so = stack_opts(&StackArgs {
+        rate: 8000,
+        seconds: 20.0,
+        prestress: 1_000_000,
+        symbols: 2000,
+        timers: ["300:50", "50:50", "20:50", "50:1000", "50:0"]
+            .iter()
+            .filter_map(|t| stack::parse_timers(t).ok())
+            .collect(),
+        dram_rdbs: 2,
+        fsmem_rdbs: None,
+        test2_timers: stack::Timers {
+            monitor_ms: 50,
+            tp_ms: 1000,
+        },
+        tests: vec![1, 2],
+        publish_ms: 100,
+        fsync: "never".into(),
+        seed: 42,
+        full: false,
+        json: None,
+    });
+    let mut io = insert::InsertBenchOptions {
+        rows: 2_000_000,
+        fsync: vec!["never".into(), "always".into()],
+        questdb: !a.no_questdb,
+        seed: 42,
+    };
+    if a.quick {
+        so.rate = 3000;
+        so.seconds = 4.0;
+        so.prestress = 50_000;
+        so.symbols = 1000;
+        io.rows = 200_000;
+    }
+    eprintln!("[issue 6] market-data stack");
+    let st = stack::run(bin, work, &so)?;
+    eprintln!("[issue 6] bulk insert");
+    let ins = insert::run(bin, work, &io)?;
+    Ok(format!(
+        "\n## Market-data stack: DRAM against fsmem rdbs (issue #6, seed 004)\n\n{}\n## Bulk insert (issue #6, seed 000)\n\n{}",
+        st.markdown(),
+        ins.markdown()
+    ))
 }
 
 /// Today's date (UTC) as YYYY-MM-DD, from the system clock.

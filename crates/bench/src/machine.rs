@@ -34,7 +34,8 @@ impl Machine {
             .map(|s| s.trim().to_string())
             .unwrap_or_default();
         let fs = Command::new("df")
-            .args(["-T", "--output=fstype,source"])
+            // --output names the columns itself; -T with it is an error.
+            .args(["--output=fstype,source"])
             .arg(work)
             .output()
             .ok()

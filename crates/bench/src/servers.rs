@@ -61,7 +61,7 @@ pub fn start_tickdb(
     })
 }
 
-fn wait_http(child: &mut Child, port: u16, path: &str) -> Result<()> {
+pub fn wait_http(child: &mut Child, port: u16, path: &str) -> Result<()> {
     let t0 = Instant::now();
     loop {
         child::check_interrupt()?;

@@ -11,7 +11,8 @@ use serde::Deserialize;
 use std::collections::HashSet;
 
 /// The schema `tickdb` uses when no `--schema` file is given: the seeds'
-/// `trade` and `quote` tables.
+/// `trade` and `quote` tables, and the aggregation engine's keyed
+/// `trade_1m`, `quote_1m` and `daily`.
 pub const DEFAULT_SCHEMA_TOML: &str = include_str!("default_schema.toml");
 
 /// Longest table or column name accepted; names travel in every journal record.
@@ -171,7 +172,7 @@ fn valid_name(name: &str) -> bool {
 }
 
 impl Schema {
-    /// The built-in schema: `trade` and `quote`.
+    /// The built-in schema: `trade`, `quote` and the agg's tables.
     pub fn default_schema() -> Schema {
         // The embedded text is part of the binary and covered by a unit test,
         // so failing to parse it is a build defect, not an input error.
@@ -389,6 +390,16 @@ mod tests {
         let quote = s.table("quote").unwrap();
         let names: Vec<_> = quote.columns.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["time", "sym", "bid", "ask", "bsize", "asize"]);
+        // The aggregation engine's keyed tables (tickdb agg).
+        let t1m = s.table("trade_1m").unwrap();
+        assert_eq!(t1m.kind, TableKind::Keyed { key: vec![1, 0] });
+        assert_eq!(t1m.time_column, 0);
+        let q1m = s.table("quote_1m").unwrap();
+        assert_eq!(q1m.kind, TableKind::Keyed { key: vec![1, 0] });
+        let daily = s.table("daily").unwrap();
+        assert_eq!(daily.kind, TableKind::Keyed { key: vec![1] });
+        let names: Vec<_> = s.tables.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["trade", "quote", "trade_1m", "quote_1m", "daily"]);
     }
 
     #[test]

@@ -305,6 +305,16 @@ async fn status(State(s): State<AppState>) -> Response {
         body["tp"] = serde_json::to_value(tp.status()).unwrap_or_default();
     }
     body["ready"] = json!(s.ready.load(Ordering::Acquire));
+    // The process's resident memory: what a monitor compares across DRAM
+    // and fsmem rdbs (file-backed fsmem pages count as RSS, not anonymous).
+    if let Some(m) = tickdb_stack::procfs::self_mem() {
+        body["process"] = json!({
+            "pid": std::process::id(),
+            "rss_bytes": m.rss_bytes,
+            "rss_anon_bytes": m.rss_anon_bytes,
+            "rss_file_bytes": m.rss_file_bytes,
+        });
+    }
     (
         [(header::CONTENT_TYPE, "application/json")],
         body.to_string(),

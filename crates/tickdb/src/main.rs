@@ -37,6 +37,18 @@ enum Cmd {
     /// Run a real-time database that follows a tp: replays the journal up to
     /// the tp's current sequence, then applies live updates.
     Rdb(roles::RdbArgs),
+    /// Simulated market data (seed 004): trades and quotes 1:10 over a
+    /// skewed symbol universe, stamped with their generation time, written
+    /// as ILP to a tp at a paced rate (default 48,000/s); --prestress first.
+    Feed(tickdb_stack::feed::FeedArgs),
+    /// The aggregation engine: subscribes to trade and quote, keeps minute
+    /// bars and daily stats per symbol, publishes them back through the tp
+    /// as the keyed tables trade_1m, quote_1m and daily.
+    Agg(tickdb_stack::agg::AggArgs),
+    /// Polls an rdb: tick and aggregated-row latency, the time of a
+    /// one-symbol as-of join, memory per domain and RSS; writes a CSV time
+    /// series, a JSON summary and SVG plots.
+    Monitor(tickdb_stack::monitor::MonitorArgs),
     /// Inspect, verify and repair a journal directory.
     Journal(cmd_journal::JournalArgs),
     /// Benchmarks against peers (QuestDB, the raw disk) measured in the same
@@ -55,11 +67,30 @@ fn init_logging() {
         .init();
 }
 
+/// The exit code of a blocking role (feed, monitor).
+fn exit(r: Result<(), tickdb_stack::StackError>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tickdb: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Journal(args) => cmd_journal::run(args),
         Cmd::Bench(args) => tickdb_bench::run(args),
+        Cmd::Feed(args) => {
+            init_logging();
+            exit(tickdb_stack::feed::run(args).map(|_| ()))
+        }
+        Cmd::Monitor(args) => {
+            init_logging();
+            exit(tickdb_stack::monitor::run(args).map(|_| ()))
+        }
         role => {
             init_logging();
             let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -78,7 +109,10 @@ fn main() -> ExitCode {
                     Cmd::Up(a) => roles::up(a).await,
                     Cmd::Tp(a) => roles::tp(a).await,
                     Cmd::Rdb(a) => roles::rdb(a).await,
-                    Cmd::Journal(_) | Cmd::Bench(_) => unreachable!("handled above"),
+                    Cmd::Agg(a) => tickdb_stack::agg::run(a).await.map_err(|e| e.to_string()),
+                    Cmd::Journal(_) | Cmd::Bench(_) | Cmd::Feed(_) | Cmd::Monitor(_) => {
+                        unreachable!("handled above")
+                    }
                 }
             });
             match result {

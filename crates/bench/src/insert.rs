@@ -1,0 +1,371 @@
+//! `tickdb bench insert`: seed 000's bulk-insert client. One connection
+//! posts 10,000-row `trade` inserts (ILP over HTTP; each request is
+//! answered once journaled under the fsync policy) until N rows are
+//! acknowledged; throughput in MB/s and rows/s; the server's CPU and RSS
+//! sampled every second from /proc.
+//!
+//! `insert` is the reusable part: it runs against any server already
+//! started (an HTTP port and a process id), so a later benchmark can
+//! measure what log forwarding costs the primary by running it with
+//! forwarding off and on.
+
+use crate::child;
+use crate::error::{BenchError, Result};
+use crate::http::HttpConn;
+use crate::servers;
+use crate::stats::si;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Rows per request: the seed's 10k bulk insert.
+pub const BATCH_ROWS: usize = 10_000;
+/// Distinct rows generated up front; longer runs send them again (the
+/// client's own work stays out of the measurement).
+pub const GENERATED_ROWS_MAX: u64 = 2_000_000;
+/// The server is sampled this often.
+pub const SAMPLE_EVERY: Duration = Duration::from_secs(1);
+/// MB as in the seed's MB/s: 10^6 bytes.
+const MB: f64 = 1e6;
+
+/// A server to insert into.
+pub struct InsertTarget {
+    pub http_port: u16,
+    /// Sampled for CPU and RSS when given.
+    pub pid: Option<u32>,
+}
+
+#[derive(Debug, Clone)]
+pub struct InsertOptions {
+    pub rows: u64,
+    pub seed: u64,
+}
+
+/// One sample of the server process.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ProcSample {
+    pub t_s: f64,
+    /// CPU over the last interval, % of one core.
+    pub cpu_pct: f64,
+    pub rss_bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct InsertResult {
+    pub rows: u64,
+    /// ILP bytes sent.
+    pub bytes: u64,
+    pub seconds: f64,
+    pub mb_s: f64,
+    pub rows_s: f64,
+    pub samples: Vec<ProcSample>,
+}
+
+impl InsertResult {
+    pub fn cpu_avg(&self) -> Option<f64> {
+        let n = self.samples.len();
+        (n > 0).then(|| self.samples.iter().map(|s| s.cpu_pct).sum::<f64>() / n as f64)
+    }
+    pub fn cpu_max(&self) -> Option<f64> {
+        self.samples.iter().map(|s| s.cpu_pct).reduce(f64::max)
+    }
+    pub fn rss_max(&self) -> Option<u64> {
+        self.samples.iter().map(|s| s.rss_bytes).max()
+    }
+}
+
+/// Samples `pid` every SAMPLE_EVERY until `stop`; the last sample covers
+/// the tail of the run.
+fn sampler(pid: u32, stop: Arc<AtomicBool>, out: Arc<Mutex<Vec<ProcSample>>>) {
+    use tickdb_stack::procfs::{cpu_seconds, proc_mem};
+    let t0 = Instant::now();
+    let mut last_t = t0;
+    let mut last_cpu = cpu_seconds(pid).unwrap_or(0.0);
+    loop {
+        let mut stopped = false;
+        let next = last_t + SAMPLE_EVERY;
+        while Instant::now() < next {
+            if stop.load(Ordering::Relaxed) {
+                stopped = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let now = Instant::now();
+        let (Some(cpu), Some(mem)) = (cpu_seconds(pid), proc_mem(pid)) else {
+            return;
+        };
+        let dt = (now - last_t).as_secs_f64();
+        if dt > 0.05 {
+            if let Ok(mut v) = out.lock() {
+                v.push(ProcSample {
+                    t_s: (now - t0).as_secs_f64(),
+                    cpu_pct: (cpu - last_cpu) / dt * 100.0,
+                    rss_bytes: mem.rss_bytes,
+                });
+            }
+        }
+        last_t = now;
+        last_cpu = cpu;
+        if stopped {
+            return;
+        }
+    }
+}
+
+/// Inserts `o.rows` trade rows into `target` over one HTTP connection in
+/// BATCH_ROWS-row requests; returns once every row is acknowledged.
+pub fn insert(target: &InsertTarget, o: &InsertOptions, pb: &ProgressBar) -> Result<InsertResult> {
+    let distinct = o.rows.min(GENERATED_ROWS_MAX) as usize;
+    let batches = crate::ingest::generate("trade", distinct, o.seed);
+    let stop = Arc::new(AtomicBool::new(false));
+    let samples = Arc::new(Mutex::new(Vec::new()));
+    let sampling = target.pid.map(|pid| {
+        let (stop, samples) = (stop.clone(), samples.clone());
+        std::thread::spawn(move || sampler(pid, stop, samples))
+    });
+    let result = (|| -> Result<(u64, u64, f64)> {
+        let mut conn = HttpConn::connect(target.http_port)?;
+        let t0 = Instant::now();
+        let (mut rows, mut bytes) = (0u64, 0u64);
+        let mut i = 0usize;
+        while rows < o.rows {
+            child::check_interrupt()?;
+            let b = &batches[i % batches.len()];
+            i += 1;
+            let n = b.iter().filter(|&&c| c == b'\n').count() as u64;
+            // The last request may need only part of a batch.
+            let (body, n) = if rows + n > o.rows {
+                let want = (o.rows - rows) as usize;
+                let cut = b
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, &c)| c == b'\n')
+                    .nth(want - 1)
+                    .map(|(k, _)| k + 1)
+                    .unwrap_or(b.len());
+                (&b[..cut], want as u64)
+            } else {
+                (&b[..], n)
+            };
+            let (status, answer) = conn.request("POST", "/write", body)?;
+            if status != 204 {
+                return Err(BenchError::Server(format!(
+                    "POST /write: HTTP {status}: {}",
+                    String::from_utf8_lossy(&answer)
+                )));
+            }
+            rows += n;
+            bytes += body.len() as u64;
+            pb.set_position(rows);
+        }
+        Ok((rows, bytes, t0.elapsed().as_secs_f64()))
+    })();
+    stop.store(true, Ordering::Relaxed);
+    if let Some(h) = sampling {
+        let _ = h.join();
+    }
+    let (rows, bytes, seconds) = result?;
+    let samples = samples.lock().map(|v| v.clone()).unwrap_or_default();
+    Ok(InsertResult {
+        rows,
+        bytes,
+        seconds,
+        mb_s: bytes as f64 / MB / seconds.max(1e-9),
+        rows_s: rows as f64 / seconds.max(1e-9),
+        samples,
+    })
+}
+
+#[derive(Debug, Clone)]
+pub struct InsertBenchOptions {
+    pub rows: u64,
+    pub fsync: Vec<String>,
+    pub questdb: bool,
+    pub seed: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct InsertCase {
+    pub server: String,
+    pub result: InsertResult,
+    /// Bytes the tp journaled during the run (its /status), for the ratio
+    /// to the raw disk.
+    pub journal_bytes: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct InsertReport {
+    pub rows: u64,
+    pub dd_mb_s: Option<f64>,
+    pub cases: Vec<InsertCase>,
+    pub questdb_note: String,
+    pub machine: String,
+    pub date: String,
+}
+
+fn tp_bytes(port: u16) -> Option<u64> {
+    let (code, body) = HttpConn::connect(port)
+        .ok()?
+        .request("GET", "/status", b"")
+        .ok()?;
+    if code != 200 {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_slice(&body).ok()?;
+    v["tp"]["bytes"].as_u64()
+}
+
+/// Runs the insert against `tickdb up` under each fsync policy, QuestDB
+/// with the same client and data, and dd on the same file system.
+pub fn run(bin: &Path, work: &Path, o: &InsertBenchOptions) -> Result<InsertReport> {
+    let machine = crate::machine::Machine::probe(work);
+    let dd_mb = (o.rows / 40_000).clamp(64, 1024);
+    let dd_mb_s = match crate::journal::dd(work, dd_mb) {
+        Ok(v) => Some(v),
+        Err(BenchError::Interrupted) => return Err(BenchError::Interrupted),
+        Err(e) => {
+            eprintln!("dd not measured: {e}");
+            None
+        }
+    };
+    let bar = |what: &str| {
+        let pb = ProgressBar::new(o.rows);
+        pb.set_style(
+            ProgressStyle::with_template(&format!(
+                "insert, {what} {{bar:30}} {{human_pos}}/{{human_len}} rows {{per_sec}}"
+            ))
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        pb
+    };
+    let opts = InsertOptions {
+        rows: o.rows,
+        seed: o.seed,
+    };
+    let mut cases = Vec::new();
+    for policy in &o.fsync {
+        let name = format!("tickdb up --fsync {policy}");
+        let mut s = servers::start_tickdb(
+            bin,
+            work,
+            "up",
+            &format!("insert-{policy}"),
+            &["--fsync", policy],
+        )?;
+        let before = tp_bytes(s.http);
+        let target = InsertTarget {
+            http_port: s.http,
+            pid: s.child.pid(),
+        };
+        let pb = bar(&name);
+        let r = insert(&target, &opts, &pb);
+        pb.finish_and_clear();
+        let r = r?;
+        let after = tp_bytes(s.http);
+        s.child.stop(Duration::from_secs(10));
+        let _ = std::fs::remove_dir_all(&s.data_dir);
+        cases.push(InsertCase {
+            server: name,
+            result: r,
+            journal_bytes: match (before, after) {
+                (Some(b), Some(a)) => Some(a.saturating_sub(b)),
+                _ => None,
+            },
+        });
+    }
+    let mut questdb_note = String::new();
+    if o.questdb {
+        match servers::start_questdb(work) {
+            Ok(mut q) => {
+                let target = InsertTarget {
+                    http_port: q.http,
+                    pid: q.child.pid(),
+                };
+                let pb = bar("QuestDB");
+                let r = insert(&target, &opts, &pb);
+                pb.finish_and_clear();
+                q.child.stop(Duration::from_secs(20));
+                cases.push(InsertCase {
+                    server: format!(
+                        "QuestDB {} (default: WAL, no fsync on commit)",
+                        servers::QUESTDB_VERSION
+                    ),
+                    result: r?,
+                    journal_bytes: None,
+                });
+            }
+            Err(BenchError::Interrupted) => return Err(BenchError::Interrupted),
+            Err(e) => questdb_note = format!("QuestDB not measured: {e}"),
+        }
+    } else {
+        questdb_note = "QuestDB not measured (--no-questdb).".into();
+    }
+    Ok(InsertReport {
+        rows: o.rows,
+        dd_mb_s,
+        cases,
+        questdb_note,
+        machine: format!(
+            "{} ({} cores), {:.1} GiB RAM, Linux {}",
+            machine.cpu, machine.cores, machine.ram_gib, machine.kernel
+        ),
+        date: crate::today_utc(),
+    })
+}
+
+/// The rows of the insert table, first column (the tests check them).
+pub const INSERT_ROWS_PREFIX: &str = "tickdb up --fsync";
+
+impl InsertReport {
+    pub fn markdown(&self) -> String {
+        let mut s = format!(
+            "Seed 000's client: one connection inserts {} `trade` rows in {BATCH_ROWS}-row requests (ILP over HTTP, each answered once journaled), until every row is acknowledged. MB/s counts the ILP bytes sent (10^6 bytes); CPU (% of one core) and RSS of the server process are sampled every second from /proc. The server is `tickdb up` (tp + rdb in one process, like the seed's kdb+ primary, which logs and holds the table). Peers measured in the same run: the raw disk (`dd conv=fdatasync`{}) for the journal's write rate, and QuestDB with the same client and rows. Measured on {}, {}.\n\n",
+            self.rows,
+            self.dd_mb_s
+                .map(|v| format!(": {v:.0} MB/s"))
+                .unwrap_or_else(|| ", not measured".into()),
+            self.machine,
+            self.date
+        );
+        s.push_str("| server | MB/s | rows/s | CPU avg | CPU max | RSS max | journal MB/s | journal ÷ dd | rows/s ÷ QuestDB |\n|---|---|---|---|---|---|---|---|---|\n");
+        let qdb = self
+            .cases
+            .iter()
+            .find(|c| c.server.starts_with("QuestDB"))
+            .map(|c| c.result.rows_s);
+        for c in &self.cases {
+            let r = &c.result;
+            let jmb = c.journal_bytes.map(|b| b as f64 / MB / r.seconds.max(1e-9));
+            let pct = |x: Option<f64>| x.map(|v| format!("{v:.0}%")).unwrap_or("n/a".into());
+            s.push_str(&format!(
+                "| {} | {:.1} | {} | {} | {} | {} | {} | {} | {} |\n",
+                c.server,
+                r.mb_s,
+                si(r.rows_s),
+                pct(r.cpu_avg()),
+                pct(r.cpu_max()),
+                r.rss_max()
+                    .map(|b| crate::stack::bytes(b as f64))
+                    .unwrap_or("n/a".into()),
+                jmb.map(|v| format!("{v:.1}")).unwrap_or("—".into()),
+                match (jmb, self.dd_mb_s) {
+                    (Some(j), Some(d)) if d > 0.0 => format!("{:.2}×", j / d),
+                    _ => "—".into(),
+                },
+                match qdb {
+                    Some(q) if q > 0.0 && !c.server.starts_with("QuestDB") =>
+                        format!("{:.2}×", r.rows_s / q),
+                    _ => "—".into(),
+                }
+            ));
+        }
+        if !self.questdb_note.is_empty() {
+            s.push_str(&format!("\n{}\n", self.questdb_note));
+        }
+        s
+    }
+}
