@@ -899,9 +899,14 @@ mod tests {
     fn after_a_broken_link_everything_held_is_sent_again() {
         let schema = Schema::default_schema();
         let mut agg = Aggregator::new(&schema, 10).unwrap();
-        agg.fold(&batch(&schema, "trade", &[(1, "A", 1.0, 1.0), (2, "B", 1.0, 1.0)]))
+        agg.fold(&batch(
+            &schema,
+            "trade",
+            &[(1, "A", 1.0, 1.0), (2, "B", 1.0, 1.0)],
+        ))
+        .unwrap();
+        agg.fold(&batch(&schema, "quote", &[(3, "A", 1.0, 1.1)]))
             .unwrap();
-        agg.fold(&batch(&schema, "quote", &[(3, "A", 1.0, 1.1)])).unwrap();
         assert_eq!(agg.take_changes(4).iter().map(rows_of).sum::<usize>(), 5);
         agg.mark_all_changed();
         assert_eq!(agg.take_changes(5).iter().map(rows_of).sum::<usize>(), 5);
