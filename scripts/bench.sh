@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # Regenerates docs/benchmarks.md: builds the release binary, then runs every
-# benchmark with its peer in the same run: ingest, latency and journal, the
-# market-data stack (seed 004: DRAM against fsmem rdbs) and the bulk insert
-# (seed 000) (`tickdb bench report`: QuestDB from Maven Central, which needs
-# java and, on first use, network access to download the jar; dd), then SQL
+# benchmark with its peer in the same run: ingest, latency and journal, Hot
+# Restart (seed 002's key-value workload against dd, a cold read and Redis 7;
+# the rdb's restart against a full journal replay, and checkpoint pauses),
+# the market-data stack (seed 004: DRAM against fsmem rdbs) and the bulk
+# insert (seed 000) (`tickdb bench report`: QuestDB from Maven Central, which
+# needs java and, on first use, network access to download the jar; Redis
+# from Debian's redis-server, installed here when missing; dd), then SQL
 # (scripts/bench_query.py: QuestDB and DuckDB).
 #
-#   scripts/bench.sh                full sizes (about 15 minutes on 2 cores: QuestDB's
-#                                   5M x 5M ASOF JOIN, and 7 stack scenarios of 20 s)
+#   scripts/bench.sh                full sizes (about 25 minutes on 2 cores: QuestDB's
+#                                   5M x 5M ASOF JOIN, 7 stack scenarios of 20 s, 2M x 1 KB
+#                                   entries in the store and in Redis, 9 restarts of 10M rows)
 #   scripts/bench.sh --quick        small sizes, one repeat (a few minutes)
 #   scripts/bench.sh --no-questdb   without QuestDB
+#   scripts/bench.sh --no-redis     without Redis
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ ! -x .venv/bin/python ]]; then
@@ -18,6 +23,16 @@ fi
 if [[ ! -f .venv/.requirements-installed ]] || ! cmp -s tests/requirements.txt .venv/.requirements-installed; then
     .venv/bin/python -m pip install --quiet -r tests/requirements.txt
     cp tests/requirements.txt .venv/.requirements-installed
+fi
+if ! command -v redis-server >/dev/null 2>&1 && [[ " $* " != *" --no-redis "* ]]; then
+    if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        echo "installing redis-server (the Hot Restart benchmark's peer)"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server ||
+            { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; }
+    else
+        echo "redis-server is missing: install it (apt-get install redis-server) or pass --no-redis" >&2
+        exit 1
+    fi
 fi
 cargo build --release -p tickdb
 target/release/tickdb bench report "$@"

@@ -199,6 +199,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=5, help="timed runs per query after one warm-up (default 5)")
     ap.add_argument("--quick", action="store_true", help="500k rows, 3 repeats")
     ap.add_argument("--no-questdb", action="store_true")
+    ap.add_argument("--no-redis", action="store_true", help="accepted for scripts/bench.sh; this part runs no Redis")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--bin", default=str(ROOT / "target" / "release" / "tickdb"))
     ap.add_argument("--append", help="append the markdown section to this file (else print it)")

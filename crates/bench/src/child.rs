@@ -122,6 +122,16 @@ impl Child {
         }
     }
 
+    /// SIGKILL to the group at once: a crash, with no shutdown work.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.inner.take() {
+            unsafe {
+                libc::kill(-(c.id() as i32), libc::SIGKILL);
+            }
+            let _ = c.wait();
+        }
+    }
+
     /// SIGTERM, then SIGKILL to the group after `grace`.
     pub fn stop(&mut self, grace: Duration) {
         let Some(mut c) = self.inner.take() else {
@@ -146,12 +156,7 @@ impl Child {
 
 impl Drop for Child {
     fn drop(&mut self) {
-        if let Some(mut c) = self.inner.take() {
-            unsafe {
-                libc::kill(-(c.id() as i32), libc::SIGKILL);
-            }
-            let _ = c.wait();
-        }
+        self.kill();
     }
 }
 

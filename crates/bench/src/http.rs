@@ -136,6 +136,19 @@ pub fn exec_scalar(port: u16, sql: &str) -> Result<i64> {
         .ok_or_else(|| proto(format!("{sql}: no number in {text}")))
 }
 
+/// A request answered 200 with a JSON body (`GET /status`, `POST
+/// /checkpoint`), parsed.
+pub fn request_json(port: u16, method: &str, path: &str) -> Result<serde_json::Value> {
+    let (status, body) = HttpConn::connect(port)?.request(method, path, b"")?;
+    if status != 200 {
+        return Err(BenchError::Server(format!(
+            "{method} {path}: HTTP {status}: {}",
+            String::from_utf8_lossy(&body)
+        )));
+    }
+    serde_json::from_slice(&body).map_err(|e| proto(format!("{method} {path}: {e}")))
+}
+
 pub fn url_encode(s: &str) -> String {
     let mut out = String::new();
     for b in s.bytes() {

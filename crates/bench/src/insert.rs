@@ -224,7 +224,7 @@ fn tp_bytes(port: u16) -> Option<u64> {
 pub fn run(bin: &Path, work: &Path, o: &InsertBenchOptions) -> Result<InsertReport> {
     let machine = crate::machine::Machine::probe(work);
     let dd_mb = (o.rows / 40_000).clamp(64, 1024);
-    let dd_mb_s = match crate::journal::dd(work, dd_mb) {
+    let dd_mb_s = match crate::disk::dd(work, dd_mb) {
         Ok(v) => Some(v),
         Err(BenchError::Interrupted) => return Err(BenchError::Interrupted),
         Err(e) => {

@@ -6,13 +6,13 @@
 //! page cache against a raw cold sequential read of the same files.
 
 use crate::child;
+use crate::disk;
 use crate::error::{BenchError, Result};
 use crate::http::HttpConn;
 use crate::servers;
 use crate::stats::{ratio, si};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::Path;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -78,85 +78,12 @@ fn record_payload() -> Vec<u8> {
     tickdb_core::codec::encode_to_vec(&[b.finish()])
 }
 
-/// The raw disk's sequential write speed: `dd … conv=fdatasync`, MB/s.
-pub fn dd(work: &Path, megabytes: u64) -> Result<f64> {
-    let file = work.join("dd.bin");
-    let t0 = Instant::now();
-    let out = Command::new("dd")
-        .arg("if=/dev/zero")
-        .arg(format!("of={}", file.display()))
-        .args(["bs=1M", &format!("count={megabytes}"), "conv=fdatasync"])
-        .output()
-        .map_err(BenchError::io("running dd"))?;
-    let secs = t0.elapsed().as_secs_f64();
-    let _ = std::fs::remove_file(&file);
-    if !out.status.success() {
-        return Err(BenchError::Server(format!(
-            "dd failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )));
-    }
-    Ok(megabytes as f64 / secs)
-}
-
-/// Drops the files under `dir` from the page cache (they are clean after
-/// the journal's close): the next read comes from the disk.
-fn evict(dir: &Path) -> Option<&'static str> {
-    use std::os::fd::AsRawFd;
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return None;
-    };
-    let mut ok = true;
-    for e in entries.flatten() {
-        match std::fs::File::open(e.path()) {
-            Ok(f) => {
-                let fd = f.as_raw_fd();
-                // SAFETY: fd is a valid open descriptor for the call's duration.
-                let r = unsafe {
-                    libc::fdatasync(fd);
-                    libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED)
-                };
-                ok &= r == 0;
-            }
-            Err(_) => ok = false,
-        }
-    }
-    // fadvise is advice; where we may (root), drop the clean page cache
-    // outright so that the read really comes from the disk.
-    if std::fs::write("/proc/sys/vm/drop_caches", "1").is_ok() {
-        return Some("dropped (/proc/sys/vm/drop_caches)");
-    }
-    ok.then_some("emptied for those files (posix_fadvise DONTNEED)")
-}
-
 /// Raw cold sequential read of every file under `dir`, then the journal
 /// reader over the same files (CRC checks and payload decoding included).
 fn replay(dir: &Path, last_seq: u64) -> Result<ReplayResult> {
-    use std::io::Read;
-    let mut cold = evict(dir);
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .map_err(BenchError::io("listing the journal"))?
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    files.sort();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut bytes = 0u64;
-    let t0 = Instant::now();
-    for f in &files {
-        let mut file = std::fs::File::open(f).map_err(BenchError::io("opening a segment"))?;
-        loop {
-            let n = file
-                .read(&mut buf)
-                .map_err(BenchError::io("reading a segment"))?;
-            if n == 0 {
-                break;
-            }
-            bytes += n as u64;
-        }
-    }
-    let raw_secs = t0.elapsed().as_secs_f64();
-    cold = cold.and(evict(dir));
+    let mut cold = disk::evict(dir);
+    let (bytes, raw_mb_s) = disk::read_files(&disk::files_in(dir)?, 1)?;
+    cold = cold.and(disk::evict(dir));
     let reader = tickdb_journal::JournalReader::open(dir, 1, last_seq)
         .map_err(|e| BenchError::Server(e.to_string()))?;
     let mut rows = 0u64;
@@ -171,11 +98,11 @@ fn replay(dir: &Path, last_seq: u64) -> Result<ReplayResult> {
         rows += batches.iter().map(|b| b.rows as u64).sum::<u64>();
     }
     let secs = t0.elapsed().as_secs_f64();
-    let mb = bytes as f64 / (1024.0 * 1024.0);
+    let mb = bytes as f64 / disk::MB;
     Ok(ReplayResult {
         bytes,
         rows,
-        raw_mb_s: mb / raw_secs,
+        raw_mb_s,
         replay_mb_s: mb / secs,
         replay_rows_s: rows as f64 / secs,
         cold,
@@ -325,7 +252,7 @@ pub fn run(bin: &Path, work: &Path, o: &JournalOptionsBench) -> Result<JournalRe
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     pb.set_message("dd conv=fdatasync");
-    let dd_mb_s = dd(work, o.megabytes)?;
+    let dd_mb_s = disk::dd(work, o.megabytes)?;
     pb.inc(1);
     let payload = record_payload();
     let mut policies = Vec::new();

@@ -5,13 +5,17 @@
 //! Speed is measured here, never in timed tests.
 
 mod child;
+mod disk;
 mod error;
 mod http;
 mod ingest;
 pub mod insert;
 mod journal;
+pub mod kv;
 mod latency;
 mod machine;
+mod redis;
+pub mod restart;
 mod servers;
 pub mod stack;
 mod stats;
@@ -52,6 +56,15 @@ enum BenchCmd {
     /// connection until N rows are acknowledged; MB/s, rows/s, and the
     /// server's CPU and RSS every second; dd and QuestDB in the same run.
     Insert(InsertArgs),
+    /// Seed 002's Hot Restart benchmark: a keyed table of 1 KB values
+    /// loaded, updated and removed at random in the Hot Restart store, then
+    /// reloaded cold; ops/s, MB/s, write amplification, reload s and MB/s
+    /// against dd and a cold sequential read, and Redis 7 (AOF everysec and
+    /// always) on the same operations.
+    Kv(KvArgs),
+    /// An rdb's restart with Hot Restart against a full journal replay, and
+    /// the checkpoint's ingest pause as the data grows.
+    Restart(RestartArgs),
     /// Run every benchmark and regenerate docs/benchmarks.md.
     Report(ReportArgs),
 }
@@ -101,6 +114,86 @@ struct StackArgs {
     /// needs a machine like the seed's).
     #[arg(long)]
     full: bool,
+    /// Also write the results as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+#[derive(Args, Debug, Clone)]
+struct KvArgs {
+    /// Entries in the keyed table (the seed: 100M in the lab, 40M on EC2).
+    #[arg(long, default_value = "2M", value_parser = tickdb_stack::feed::parse_count)]
+    entries: u64,
+    /// Bytes per value.
+    #[arg(long, default_value_t = 1024)]
+    value_bytes: usize,
+    /// Random operations under `everysec` after the load (default: 2 × entries).
+    #[arg(long, value_parser = tickdb_stack::feed::parse_count)]
+    updates: Option<u64>,
+    /// Random operations under `always` (default: entries / 5).
+    #[arg(long, value_parser = tickdb_stack::feed::parse_count)]
+    always_updates: Option<u64>,
+    /// Percent of the random operations that remove their key.
+    #[arg(long, default_value_t = 10)]
+    remove_pct: u32,
+    /// Operations per batch: Redis's pipeline depth, and what one fsync
+    /// covers under `always`.
+    #[arg(long, default_value_t = 1000)]
+    batch: usize,
+    /// Reload reader threads to measure, each against a raw read with as
+    /// many threads.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    parallelism: Vec<usize>,
+    /// Index partitions (reload partition threads). Default: the cores.
+    #[arg(long)]
+    partitions: Option<usize>,
+    /// Chunk file size, MiB.
+    #[arg(long, default_value_t = 64)]
+    chunk_mb: u64,
+    /// Skip Redis.
+    #[arg(long)]
+    no_redis: bool,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// The seed's lab size: 100M entries, parallelism 4, 40 partitions
+    /// (needs about 150 GB of RAM for the store and as much for Redis).
+    #[arg(long)]
+    full: bool,
+    /// Also write the results as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+#[derive(Args, Debug, Clone)]
+struct RestartArgs {
+    /// Rows loaded before the last checkpoint (trades and quotes 1:10). A
+    /// day at the seed's 48,000/s is 1.12G rows.
+    #[arg(long, default_value = "10M", value_parser = tickdb_stack::feed::parse_count)]
+    rows: u64,
+    /// Load steps, each followed by a checkpoint.
+    #[arg(long, default_value_t = 3)]
+    steps: usize,
+    /// Rows after the last checkpoint (the journal tail). Default: half of
+    /// the 5-minute checkpoint interval, scaled like the day.
+    #[arg(long, value_parser = tickdb_stack::feed::parse_count)]
+    tail_rows: Option<u64>,
+    /// Updates/s of the live feed running through the load and checkpoints.
+    #[arg(long, default_value_t = 48_000)]
+    live_rate: u64,
+    /// Restarts of each kind; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+    #[arg(long, default_value_t = 2000)]
+    symbols: usize,
+    /// --hot-restart-parallelism of the restarts.
+    #[arg(long, default_value_t = 2)]
+    parallelism: usize,
+    /// Journal segment size (`tickdb up --segment-bytes-max`): the journal
+    /// is trimmed by whole segments.
+    #[arg(long, default_value_t = tickdb_journal::SEGMENT_BYTES_MAX_DEFAULT)]
+    segment_bytes_max: u64,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
     /// Also write the results as JSON.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -178,6 +271,9 @@ struct ReportArgs {
     out: PathBuf,
     #[arg(long)]
     no_questdb: bool,
+    /// Skip Redis in the Hot Restart key-value section.
+    #[arg(long)]
+    no_redis: bool,
 }
 
 pub fn run(args: BenchArgs) -> ExitCode {
@@ -239,6 +335,20 @@ fn run_inner(args: BenchArgs) -> Result<()> {
             }
             println!("{}", r.markdown());
         }
+        BenchCmd::Kv(a) => {
+            let r = kv::run(&work, &kv_opts(&a))?;
+            if let Some(p) = &a.json {
+                write_json(p, &r)?;
+            }
+            println!("{}", r.markdown());
+        }
+        BenchCmd::Restart(a) => {
+            let r = restart::run(&bin, &work, &restart_opts(&a))?;
+            if let Some(p) = &a.json {
+                write_json(p, &r)?;
+            }
+            println!("{}", r.markdown());
+        }
         BenchCmd::Report(a) => report(&bin, &work, &a)?,
     }
     Ok(())
@@ -282,6 +392,52 @@ fn stack_opts(a: &StackArgs) -> stack::StackOptions {
         o.fsmem_rdbs = Some(10);
     }
     o
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+}
+
+fn kv_opts(a: &KvArgs) -> kv::KvOptions {
+    let mut o = kv::KvOptions {
+        entries: a.entries,
+        value_bytes: a.value_bytes,
+        updates: a.updates.unwrap_or(2 * a.entries),
+        always_updates: a.always_updates.unwrap_or(a.entries / 5),
+        remove_pct: a.remove_pct,
+        batch: a.batch,
+        parallelism: a.parallelism.clone(),
+        partitions: a.partitions.unwrap_or_else(cores),
+        chunk_mb: a.chunk_mb,
+        redis: !a.no_redis,
+        seed: a.seed,
+    };
+    if a.full {
+        o.entries = 100_000_000;
+        o.updates = a.updates.unwrap_or(2 * o.entries);
+        o.always_updates = a.always_updates.unwrap_or(o.entries / 5);
+        o.parallelism = vec![1, 4];
+        o.partitions = 40;
+    }
+    o
+}
+
+fn restart_opts(a: &RestartArgs) -> restart::RestartOptions {
+    restart::RestartOptions {
+        rows: a.rows,
+        steps: a.steps,
+        tail_rows: a
+            .tail_rows
+            .unwrap_or_else(|| restart::RestartOptions::scaled_tail(a.rows)),
+        live_rate: a.live_rate,
+        repeats: a.repeats,
+        symbols: a.symbols,
+        parallelism: a.parallelism,
+        segment_bytes_max: a.segment_bytes_max,
+        seed: a.seed,
+    }
 }
 
 fn insert_opts(a: &InsertArgs) -> insert::InsertBenchOptions {
@@ -376,6 +532,7 @@ fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
     eprintln!("[3/3] journal");
     let jr = journal::run(bin, work, &journal_opts(&ja))?;
     let stack_md = stack_and_insert_sections(bin, work, a)?;
+    let hot_md = hot_restart_sections(bin, work, a)?;
     let secs = started.elapsed().map(|d| d.as_secs()).unwrap_or(0);
     let date = today_utc();
     let profile = if cfg!(debug_assertions) {
@@ -388,7 +545,7 @@ fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
     md.push_str(&format!(
         "Generated by `scripts/bench.sh{}` (`tickdb bench report`) on {date}, in {secs} s, with a {profile} build. \
          Every peer figure was measured in the same run on the same machine. Regenerate with the same command; \
-         `tickdb bench ingest|latency|journal --help` runs one part with other sizes.\n\n",
+         `tickdb bench ingest|latency|journal|kv|restart|stack|insert --help` runs one part with other sizes.\n\n",
         if a.quick { " --quick" } else { "" }
     ));
     md.push_str("## Machine\n\n");
@@ -405,10 +562,53 @@ fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
     }
     md.push_str("\n## Journal (issue #4)\n\n");
     md.push_str(&jr.markdown());
+    md.push_str(&hot_md);
     md.push_str(&stack_md);
     std::fs::write(&a.out, md).map_err(BenchError::io(format!("writing {}", a.out.display())))?;
     eprintln!("wrote {}", a.out.display());
     Ok(())
+}
+
+/// Issue #5's sections: seed 002's key-value workload against the raw disk
+/// and Redis, then the rdb's restart and checkpoint pause.
+fn hot_restart_sections(bin: &Path, work: &Path, a: &ReportArgs) -> Result<String> {
+    let kv = KvArgs {
+        entries: if a.quick { 100_000 } else { 2_000_000 },
+        value_bytes: 1024,
+        updates: None,
+        always_updates: None,
+        remove_pct: 10,
+        batch: 1000,
+        parallelism: vec![1, 2],
+        partitions: None,
+        chunk_mb: 64,
+        no_redis: a.no_redis,
+        seed: 42,
+        full: false,
+        json: None,
+    };
+    eprintln!("[issue 5] Hot Restart key-value workload");
+    let kr = kv::run(work, &kv_opts(&kv))?;
+    let rows = if a.quick { 300_000 } else { 10_000_000 };
+    let ra = RestartArgs {
+        rows,
+        steps: 3,
+        tail_rows: None,
+        live_rate: 48_000,
+        repeats: if a.quick { 1 } else { 3 },
+        symbols: 2000,
+        parallelism: 2,
+        segment_bytes_max: tickdb_journal::SEGMENT_BYTES_MAX_DEFAULT,
+        seed: 42,
+        json: None,
+    };
+    eprintln!("[issue 5] rdb restart and checkpoints");
+    let rr = restart::run(bin, work, &restart_opts(&ra))?;
+    Ok(format!(
+        "\n## Hot Restart: key-value workload (issue #5, seed 002)\n\n{}\n## Hot Restart: rdb restart and checkpoints (issue #5)\n\n{}",
+        kr.markdown(),
+        rr.markdown()
+    ))
 }
 
 /// Issue #6's sections of the report: the market-data stack (seed 004's

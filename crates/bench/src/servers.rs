@@ -10,7 +10,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 pub const QUESTDB_VERSION: &str = "9.3.4";
-const READY_TIMEOUT: Duration = Duration::from_secs(120);
+/// A start may replay a large journal (`bench restart`) before it is ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(600);
 
 pub struct Tickdb {
     pub child: Child,

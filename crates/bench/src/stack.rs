@@ -17,7 +17,7 @@
 
 use crate::child::{self, free_port, Child};
 use crate::error::{BenchError, Result};
-use crate::http::{exec_scalar, HttpConn};
+use crate::http::exec_scalar;
 use crate::machine::Machine;
 use crate::servers::{self, Tickdb};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -292,11 +292,7 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
 }
 
 fn status(port: u16) -> Result<serde_json::Value> {
-    let (code, body) = HttpConn::connect(port)?.request("GET", "/status", b"")?;
-    if code != 200 {
-        return Err(BenchError::Server(format!("GET /status: HTTP {code}")));
-    }
-    serde_json::from_slice(&body).map_err(|e| BenchError::Protocol(format!("/status: {e}")))
+    crate::http::request_json(port, "GET", "/status")
 }
 
 fn check_alive(stacks: &mut [Running]) -> Result<()> {

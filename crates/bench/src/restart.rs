@@ -1,0 +1,475 @@
+//! `tickdb bench restart`: what Hot Restart buys an rdb. A `tickdb up
+//! --hot-restart` is loaded with the feed's trades and quotes in steps while
+//! a live feed runs at the seed's rate; a checkpoint after each step measures
+//! the ingest pause as the data grows. A journal tail follows, then kill -9.
+//! The same data directory is then restarted, page cache emptied each time:
+//! from the whole journal (no `--hot-restart`), from the store plus the
+//! journal after its checkpoint with the journal kept whole, and with the
+//! journal trimmed behind the checkpoint (`--trim-journal`'s effect). Every
+//! restart must come back with exactly the rows the rdb held at the crash.
+
+use crate::child::{self, Child};
+use crate::disk::{self, MB};
+use crate::error::{BenchError, Result};
+use crate::http::request_json;
+use crate::servers::{self, Tickdb};
+use crate::stats::{si, Samples};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The seed's rate (March 9, 2020): 48,000 updates a second.
+pub const SEED_RATE: u64 = 48_000;
+/// A trading day, 9:30 to 16:00, in seconds.
+pub const TRADING_DAY_S: u64 = 6 * 3600 + 1800;
+/// The checkpoint schedule's default (seed 000's five minutes): a crash
+/// leaves on average half of it as the journal tail.
+pub const CHECKPOINT_INTERVAL_S: u64 = 300;
+/// How long the rdb may take to apply what the tp journaled, after the feeds stop.
+const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(300);
+/// A prestress step may take this long per million rows (and a minute more).
+const PRESTRESS_SECS_PER_MROWS: u64 = 120;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RestartOptions {
+    /// Rows loaded before the last checkpoint (trades and quotes, 1:10).
+    pub rows: u64,
+    /// Load steps, each followed by a checkpoint.
+    pub steps: usize,
+    /// Rows after the last checkpoint: the journal tail a crash leaves.
+    pub tail_rows: u64,
+    /// The live feed's rate while loading and checkpointing.
+    pub live_rate: u64,
+    pub repeats: usize,
+    pub symbols: usize,
+    pub parallelism: usize,
+    pub segment_bytes_max: u64,
+    pub seed: u64,
+}
+
+impl RestartOptions {
+    /// The average tail a crash leaves with the default schedule, scaled
+    /// like the day: `rows` × (interval / 2) / day.
+    pub fn scaled_tail(rows: u64) -> u64 {
+        (rows as u128 * (CHECKPOINT_INTERVAL_S / 2) as u128 / TRADING_DAY_S as u128) as u64
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct CheckpointRow {
+    /// Rows in the rdb when the checkpoint was asked for.
+    pub rows: u64,
+    pub pause_us: u64,
+    pub wait_us: u64,
+    pub duration_ms: u64,
+    pub bytes_written: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RestartRuns {
+    /// Start until /health answers (the journal replayed), seconds.
+    pub secs: Vec<f64>,
+    pub reload_secs: Vec<f64>,
+    pub restore_secs: Vec<f64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RestartReport {
+    pub options: RestartOptions,
+    pub checkpoints: Vec<CheckpointRow>,
+    /// Rows the rdb held at the crash (every restart must show them all).
+    pub rows: u64,
+    pub journal_bytes: u64,
+    pub journal_trimmed_bytes: u64,
+    pub store_bytes: u64,
+    /// Rows after the last checkpoint, replayed by a hot restart.
+    pub tail_rows: u64,
+    pub full_replay: RestartRuns,
+    pub hot_whole_journal: RestartRuns,
+    pub hot_trimmed_journal: RestartRuns,
+    pub cold: Option<&'static str>,
+}
+
+fn tickdb_cmd(bin: &Path) -> Command {
+    let mut c = Command::new(bin);
+    c.env("TICKDB_LOG", "warn");
+    c
+}
+
+/// Preloads `rows` as fast as the tp acknowledges them (`tickdb feed
+/// --prestress N --duration 0`) and waits for the feed to finish.
+fn prestress(
+    bin: &Path,
+    work: &Path,
+    s: &Tickdb,
+    o: &RestartOptions,
+    rows: u64,
+    seed: u64,
+) -> Result<()> {
+    let mut cmd = tickdb_cmd(bin);
+    cmd.args(["feed", "--http-port", &s.http.to_string()])
+        .args(["--ilp-port", &s.ilp.to_string()])
+        .args(["--prestress", &rows.to_string(), "--duration", "0"])
+        .args([
+            "--symbols",
+            &o.symbols.to_string(),
+            "--seed",
+            &seed.to_string(),
+        ]);
+    let mut feed = Child::spawn(
+        "tickdb feed --prestress",
+        &mut cmd,
+        &work.join("restart-prestress.log"),
+    )?;
+    let limit = Duration::from_secs(60 + PRESTRESS_SECS_PER_MROWS * rows.div_ceil(1_000_000));
+    let st = feed.wait_exit(limit)?;
+    if !st.success() {
+        return Err(BenchError::Server(format!(
+            "tickdb feed --prestress exited {st}:\n{}",
+            child::log_tail(&feed.log)
+        )));
+    }
+    Ok(())
+}
+
+/// Rows in every table of the rdb, from /status.
+fn rdb_rows(st: &serde_json::Value) -> u64 {
+    st["tables"]
+        .as_object()
+        .map(|t| t.values().filter_map(|v| v["rows"].as_u64()).sum())
+        .unwrap_or(0)
+}
+
+/// Waits until the rdb has applied everything the tp journaled, and that
+/// stays so for a moment (the feeds have stopped); returns its rows.
+fn caught_up(s: &mut Tickdb) -> Result<u64> {
+    let t0 = Instant::now();
+    let mut stable = 0;
+    let mut last = (0, 0);
+    loop {
+        child::check_interrupt()?;
+        s.child.check_alive()?;
+        let st = request_json(s.http, "GET", "/status")?;
+        let now = (st["seq"].as_u64().unwrap_or(0), rdb_rows(&st));
+        let applied_all = Some(now.0) == st["tp"]["seq"].as_u64();
+        stable = if applied_all && now == last {
+            stable + 1
+        } else {
+            0
+        };
+        last = now;
+        if stable >= 5 {
+            return Ok(now.1);
+        }
+        if t0.elapsed() > CATCH_UP_TIMEOUT {
+            return Err(BenchError::Server(format!(
+                "the rdb did not catch up with the tp within {CATCH_UP_TIMEOUT:?}: {st}"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Flags of every start: no fsync (kdb+ tps log without one, and the
+/// restarts, not the load, are measured) and the journal's segment size.
+fn base_flags(o: &RestartOptions) -> Vec<String> {
+    vec![
+        "--fsync".into(),
+        "never".into(),
+        "--segment-bytes-max".into(),
+        o.segment_bytes_max.to_string(),
+    ]
+}
+
+fn hot_flags(hot: &Path, o: &RestartOptions) -> Vec<String> {
+    vec![
+        "--hot-restart".into(),
+        hot.display().to_string(),
+        // Only the benchmark's own checkpoints.
+        "--checkpoint-interval-s".into(),
+        "86400".into(),
+        "--hot-restart-parallelism".into(),
+        o.parallelism.to_string(),
+    ]
+}
+
+/// One cold restart of the data directory (with the store when `hot`):
+/// start until /health, then the rows are checked.
+fn restart_once(
+    bin: &Path,
+    work: &Path,
+    hot: Option<&Path>,
+    o: &RestartOptions,
+    rows: u64,
+    runs: &mut RestartRuns,
+) -> Result<Option<&'static str>> {
+    let data = work.join("restart-data");
+    let mut cold = disk::evict(&data.join("journal"));
+    if let Some(h) = hot {
+        cold = cold.and(disk::evict(h));
+    }
+    let mut flags = base_flags(o);
+    if let Some(h) = hot {
+        flags.extend(hot_flags(h, o));
+    }
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let t0 = Instant::now();
+    let mut s = servers::start_tickdb(bin, work, "up", "restart", &flags)?;
+    let secs = t0.elapsed().as_secs_f64();
+    let st = request_json(s.http, "GET", "/status")?;
+    let got = rdb_rows(&st);
+    if got != rows {
+        return Err(BenchError::Server(format!(
+            "a restart {} came back with {got} rows, not the {rows} held at the crash",
+            if hot.is_some() {
+                "with Hot Restart"
+            } else {
+                "from the journal"
+            }
+        )));
+    }
+    if hot.is_some() {
+        let h = &st["hot_restart"];
+        runs.reload_secs
+            .push(h["reload_seconds"].as_f64().unwrap_or(0.0));
+        runs.restore_secs
+            .push(h["restore"]["seconds"].as_f64().unwrap_or(0.0));
+    }
+    runs.secs.push(secs);
+    // A crash again: no checkpoint at shutdown, so every restart of the
+    // store starts from the same checkpoint and tail.
+    s.child.kill();
+    Ok(cold)
+}
+
+pub fn run(bin: &Path, work: &Path, o: &RestartOptions) -> Result<RestartReport> {
+    if o.steps == 0 || o.repeats == 0 || o.rows < o.steps as u64 {
+        return Err(BenchError::Server(
+            "--steps and --repeats must be at least 1, and --rows at least --steps".into(),
+        ));
+    }
+    let data = work.join("restart-data");
+    let hot = work.join("restart-hot");
+    let _ = std::fs::remove_dir_all(&data);
+    let _ = std::fs::remove_dir_all(&hot);
+    let flags = [base_flags(o), hot_flags(&hot, o)].concat();
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut s = servers::start_tickdb(bin, work, "up", "restart", &flags)?;
+
+    let pb = ProgressBar::new((o.steps + 1 + 3 * o.repeats) as u64);
+    pb.set_style(
+        ProgressStyle::with_template("restart {bar:30} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    // The live feed runs through the load and every checkpoint: the pause
+    // is what it feels.
+    let mut cmd = tickdb_cmd(bin);
+    cmd.args(["feed", "--ilp-port", &s.ilp.to_string()])
+        .args(["--http-port", &s.http.to_string()])
+        .args(["--rate", &o.live_rate.to_string()])
+        .args(["--symbols", &o.symbols.to_string()])
+        .args(["--seed", &(o.seed + 1000).to_string()]);
+    let mut live = Child::spawn(
+        "tickdb feed (live)",
+        &mut cmd,
+        &work.join("restart-live.log"),
+    )?;
+    let mut checkpoints = Vec::new();
+    let mut last_seq = 0;
+    for k in 0..o.steps {
+        pb.set_message(format!(
+            "load step {} of {}, then a checkpoint",
+            k + 1,
+            o.steps
+        ));
+        let n = o.rows / o.steps as u64;
+        prestress(bin, work, &s, o, n, o.seed + k as u64)?;
+        live.check_alive()?;
+        let rows = rdb_rows(&request_json(s.http, "GET", "/status")?);
+        let ck = request_json(s.http, "POST", "/checkpoint")?;
+        let num = |f: &str| ck[f].as_u64().unwrap_or(0);
+        last_seq = num("seq");
+        checkpoints.push(CheckpointRow {
+            rows,
+            pause_us: num("pause_us"),
+            wait_us: num("wait_us"),
+            duration_ms: num("duration_ms"),
+            bytes_written: num("bytes_written"),
+        });
+        pb.inc(1);
+    }
+    pb.set_message("the journal tail, then kill -9");
+    if o.tail_rows > 0 {
+        prestress(bin, work, &s, o, o.tail_rows, o.seed + 999)?;
+    }
+    live.stop(Duration::from_secs(10));
+    let rows = caught_up(&mut s)?;
+    let tail_rows = rows.saturating_sub(checkpoints.last().map(|c| c.rows).unwrap_or(0));
+    s.child.kill();
+    pb.inc(1);
+    let journal = data.join("journal");
+    let journal_bytes = disk::dir_bytes(&journal);
+    let store_bytes = disk::dir_bytes(&hot);
+
+    let mut full = RestartRuns::default();
+    let mut whole = RestartRuns::default();
+    let mut trimmed = RestartRuns::default();
+    let mut cold = Some("");
+    for r in 0..o.repeats {
+        pb.set_message(format!("full journal replay ({}/{})", r + 1, o.repeats));
+        cold = cold.and(restart_once(bin, work, None, o, rows, &mut full)?);
+        pb.inc(1);
+        pb.set_message(format!(
+            "hot restart, whole journal ({}/{})",
+            r + 1,
+            o.repeats
+        ));
+        cold = cold.and(restart_once(bin, work, Some(&hot), o, rows, &mut whole)?);
+        pb.inc(1);
+    }
+    // What --trim-journal (or POST /journal/trim) does after a checkpoint.
+    tickdb_journal::trim(&tickdb_journal::FsStorage, &journal, last_seq)
+        .map_err(|e| BenchError::Server(format!("trimming the journal: {e}")))?;
+    let journal_trimmed_bytes = disk::dir_bytes(&journal);
+    for r in 0..o.repeats {
+        pb.set_message(format!(
+            "hot restart, trimmed journal ({}/{})",
+            r + 1,
+            o.repeats
+        ));
+        cold = cold.and(restart_once(bin, work, Some(&hot), o, rows, &mut trimmed)?);
+        pb.inc(1);
+    }
+    pb.finish_and_clear();
+    let _ = std::fs::remove_dir_all(&data);
+    let _ = std::fs::remove_dir_all(&hot);
+    Ok(RestartReport {
+        options: o.clone(),
+        checkpoints,
+        rows,
+        journal_bytes,
+        journal_trimmed_bytes,
+        store_bytes,
+        tail_rows,
+        full_replay: full,
+        hot_whole_journal: whole,
+        hot_trimmed_journal: trimmed,
+        cold: cold.filter(|c| !c.is_empty()),
+    })
+}
+
+fn median(v: &[f64]) -> Option<f64> {
+    Samples(v.to_vec()).median()
+}
+
+fn secs(x: f64) -> String {
+    format!("{x:.2} s")
+}
+
+impl RestartReport {
+    pub fn markdown(&self) -> String {
+        let o = &self.options;
+        let day = SEED_RATE * TRADING_DAY_S;
+        let mut s = format!(
+            "`tickdb up --fsync never --hot-restart DIR` loaded with {} rows of the feed's trades and quotes \
+             (1:10, {} symbols) in {} prestress steps, while a live feed sends {} updates/s; a checkpoint \
+             (`POST /checkpoint`) after each step, under that feed. Then {} more rows (the journal tail: a \
+             crash with the default {CHECKPOINT_INTERVAL_S} s schedule leaves half an interval on average, scaled \
+             like the day) and kill -9. {} rows are {:.1} minutes of the seed's {} updates/s; a 6.5-hour day is \
+             {} rows, which needs a machine with far more memory than this one (`--rows` sets the size).\n\n",
+            si(o.rows as f64),
+            o.symbols,
+            o.steps,
+            si(o.live_rate as f64),
+            si(self.tail_rows as f64),
+            si(self.rows as f64),
+            self.rows as f64 / SEED_RATE as f64 / 60.0,
+            si(SEED_RATE as f64),
+            si(day as f64),
+        );
+        s.push_str("Checkpoints (the pause: updates wait while the cut pins every table's state; the rows are written after it):\n\n");
+        s.push_str("| rows in the rdb | ingest pause | wait for the update in flight | whole checkpoint (fsyncs included) | written |\n|---|---|---|---|---|\n");
+        for c in &self.checkpoints {
+            s.push_str(&format!(
+                "| {} | {} µs | {} µs | {} ms | {:.0} MB |\n",
+                si(c.rows as f64),
+                c.pause_us,
+                c.wait_us,
+                c.duration_ms,
+                c.bytes_written as f64 / MB
+            ));
+        }
+        let max_pause = self
+            .checkpoints
+            .iter()
+            .map(|c| c.pause_us)
+            .max()
+            .unwrap_or(0);
+        s.push_str(&format!(
+            "\nLongest ingest pause: **{:.2} ms** (target: under 10 ms whatever the data size).\n\n",
+            max_pause as f64 / 1000.0
+        ));
+        s.push_str(&format!(
+            "Restarts of the crashed data directory, page cache {} before each; {} each, median (min–max), \
+             from starting the process until `/health` answers (the journal replayed, every row queryable; \
+             each came back with exactly the {} rows held at the crash):\n\n",
+            self.cold.unwrap_or("NOT emptied (no permission; warm reads)"),
+            o.repeats,
+            si(self.rows as f64),
+        ));
+        s.push_str("| restart | reads | seconds | of which store reload / table rebuild | speed-up over full replay |\n|---|---|---|---|---|\n");
+        let full = median(&self.full_replay.secs);
+        let row = |name: &str, reads: String, r: &RestartRuns| {
+            let m = median(&r.secs);
+            format!(
+                "| {name} | {reads} | {} | {} | {} |\n",
+                Samples(r.secs.clone()).describe(secs),
+                match (median(&r.reload_secs), median(&r.restore_secs)) {
+                    (Some(a), Some(b)) => format!("{} / {}", secs(a), secs(b)),
+                    _ => String::new(),
+                },
+                match (full, m) {
+                    (Some(f), Some(m)) if m > 0.0 => format!("**{:.1}×**", f / m),
+                    _ => "n/a".into(),
+                }
+            )
+        };
+        s.push_str(&row(
+            "whole journal (no `--hot-restart`)",
+            format!("journal {:.0} MB", self.journal_bytes as f64 / MB),
+            &self.full_replay,
+        ));
+        s.push_str(&row(
+            "Hot Restart, journal kept whole",
+            format!(
+                "store {:.0} MB, journal {:.0} MB (scanned), {} rows replayed",
+                self.store_bytes as f64 / MB,
+                self.journal_bytes as f64 / MB,
+                si(self.tail_rows as f64)
+            ),
+            &self.hot_whole_journal,
+        ));
+        s.push_str(&row(
+            "Hot Restart, journal trimmed behind the checkpoint",
+            format!(
+                "store {:.0} MB, journal {:.0} MB, {} rows replayed",
+                self.store_bytes as f64 / MB,
+                self.journal_trimmed_bytes as f64 / MB,
+                si(self.tail_rows as f64)
+            ),
+            &self.hot_trimmed_journal,
+        ));
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn scaled_tail() {
+        // 2.5 minutes of a 6.5-hour day.
+        assert_eq!(super::RestartOptions::scaled_tail(23_400_000), 150_000);
+    }
+}
