@@ -10,13 +10,18 @@
 //! each stays shorter than the number of chunks.
 
 use std::collections::BTreeMap;
-use std::ops::Bound;
 use std::sync::Arc;
 
 use crate::format::{ChunkKind, RecordKind, CHUNK_HEADER_BYTES};
 
 /// Keys are shared between the index map and the chunks' record lists.
 pub type Key = Arc<[u8]>;
+
+/// One partition of the key index. A hash map: puts, removes and reload's
+/// upserts are point operations on random keys, and a B-tree spent most of a
+/// reload comparing keys. Prefix operations (a table clear, restore at start)
+/// are rare and scan.
+pub(crate) type KeyMap = hashbrown::HashMap<Key, Entry>;
 
 /// A value that its owner keeps in its own RAM, in its own form, and can encode
 /// on demand. The RDB's column store is one: its rows are already in memory as
@@ -98,6 +103,14 @@ pub(crate) struct Entry {
     pub slot: Slot,
     /// Chunks that may hold older records of this key (see the module comment).
     pub shadow: Vec<u64>,
+    /// The one chunk of `shadow` whose deletion makes GC look at this key's
+    /// tombstone again (the key is in that chunk's `watchers`); `None` when
+    /// the key is not registered anywhere. A tombstone may go only once every
+    /// chunk of its shadow is gone, and chunks only go in GC commits, so
+    /// watching one of them at a time is enough: when it goes, the sweep
+    /// watches another or, if none is left, drops the tombstone. The sweep
+    /// thus costs what GC deleted, not the number of tombstones.
+    pub watch: Option<u64>,
 }
 
 /// A live prefix tombstone.
@@ -138,6 +151,9 @@ pub(crate) struct ChunkInfo {
     /// (key, seq) of records written to the chunk that were live when written;
     /// GC filters it against the index to find the live ones.
     pub records: Vec<(Key, u64)>,
+    /// Keys whose entry watches this chunk (`Entry::watch`). A key put again
+    /// since stays listed until the chunk goes; the sweep then ignores it.
+    pub watchers: Vec<Key>,
 }
 
 impl ChunkInfo {
@@ -152,6 +168,7 @@ impl ChunkInfo {
             garbage_records: 0,
             max_rec_seq: 0,
             records: Vec::new(),
+            watchers: Vec::new(),
         }
     }
 }
@@ -218,6 +235,26 @@ fn add_shadow(shadow: &mut Vec<u64>, chunk: u64, chunks: &BTreeMap<u64, ChunkInf
     }
 }
 
+/// Makes the tombstone entry `e` of `key` watch one existing chunk of its
+/// shadow, unless it already watches one. Returns false when no chunk of its
+/// shadow exists any more: the tombstone shadows nothing and may go.
+fn watch_tombstone(chunks: &mut BTreeMap<u64, ChunkInfo>, key: &Key, e: &mut Entry) -> bool {
+    if e.watch.is_some_and(|c| chunks.contains_key(&c)) {
+        // Chunks leave a shadow only once deleted, so a watched chunk that
+        // still exists is still in the shadow.
+        return true;
+    }
+    e.watch = None;
+    for &c in &e.shadow {
+        if let Some(info) = chunks.get_mut(&c) {
+            info.watchers.push(key.clone());
+            e.watch = Some(c);
+            return true;
+        }
+    }
+    false
+}
+
 fn account_live(chunks: &mut BTreeMap<u64, ChunkInfo>, chunk: u64, key: Key, seq: u64, size: u32) {
     if let Some(c) = chunks.get_mut(&chunk) {
         c.file_bytes += size as u64;
@@ -243,34 +280,44 @@ fn mark_garbage(chunks: &mut BTreeMap<u64, ChunkInfo>, total: &mut u64, chunk: u
 /// The index. Key maps are partitioned by key hash so that reload's partition
 /// threads each build one map and hand it over without a merge.
 pub(crate) struct Index {
-    parts: Vec<BTreeMap<Key, Entry>>,
+    parts: Vec<KeyMap>,
     pub prefix_tombs: Vec<PrefixTomb>,
     pub chunks: BTreeMap<u64, ChunkInfo>,
     /// Sum of `garbage_bytes` over all chunks: drives back-pressure.
     pub garbage_bytes_total: u64,
     /// Number of key entries that are tombstones.
     tombstones: u64,
+    /// Keys whose watched chunk GC deleted: the next sweep looks at them.
+    sweep_queue: Vec<Key>,
 }
 
 impl Index {
-    /// Assembles an index from reload's results.
+    /// Assembles an index from reload's results. Every tombstone there
+    /// shadows at least one loaded chunk (reload drops the others) and starts
+    /// watching one.
     pub fn from_parts(
-        parts: Vec<BTreeMap<Key, Entry>>,
+        mut parts: Vec<KeyMap>,
         prefix_tombs: Vec<PrefixTomb>,
-        chunks: BTreeMap<u64, ChunkInfo>,
+        mut chunks: BTreeMap<u64, ChunkInfo>,
     ) -> Index {
         let garbage_bytes_total = chunks.values().map(|c| c.garbage_bytes).sum();
-        let tombstones = parts
-            .iter()
-            .flat_map(|p| p.values())
-            .filter(|e| matches!(e.slot, Slot::Tombstone))
-            .count() as u64;
+        let mut tombstones = 0;
+        let mut sweep_queue = Vec::new();
+        for (k, e) in parts.iter_mut().flat_map(|p| p.iter_mut()) {
+            if matches!(e.slot, Slot::Tombstone) {
+                tombstones += 1;
+                if !watch_tombstone(&mut chunks, k, e) {
+                    sweep_queue.push(k.clone());
+                }
+            }
+        }
         Index {
             parts,
             prefix_tombs,
             chunks,
             garbage_bytes_total,
             tombstones,
+            sweep_queue,
         }
     }
 
@@ -310,11 +357,9 @@ impl Index {
 
     /// Whether any entry (value or tombstone) lies under `prefix`.
     pub fn any_with_prefix(&self, prefix: &[u8]) -> bool {
-        self.parts.iter().any(|p| {
-            p.range::<[u8], _>((Bound::Included(prefix), Bound::Unbounded))
-                .next()
-                .is_some_and(|(k, _)| k.starts_with(prefix))
-        })
+        self.parts
+            .iter()
+            .any(|p| p.keys().any(|k| k.starts_with(prefix)))
     }
 
     pub fn add_chunk(&mut self, seq: u64, kind: ChunkKind, state: ChunkState) {
@@ -331,12 +376,8 @@ impl Index {
     pub fn apply_put(&mut self, key: &[u8], value: Value, seq: u64, chunk: u64, size: u32) {
         let p = self.part(key);
         let map = &mut self.parts[p];
-        let shared_key = match map.get_key_value(key) {
-            Some((k, _)) => k.clone(),
-            None => Arc::from(key),
-        };
-        let old = match map.get_mut(key) {
-            Some(e) => {
+        let (shared_key, old) = match map.get_key_value_mut(key) {
+            Some((k, e)) => {
                 let old = (e.chunk, e.size);
                 match e.slot {
                     Slot::Value(_) => add_shadow(&mut e.shadow, e.chunk, &self.chunks),
@@ -351,18 +392,20 @@ impl Index {
                 e.chunk = chunk;
                 e.size = size;
                 e.slot = Slot::Value(value);
-                Some(old)
+                (k.clone(), Some(old))
             }
             None => {
+                let k: Key = Arc::from(key);
                 let e = Entry {
                     seq,
                     chunk,
                     size,
                     slot: Slot::Value(value),
                     shadow: Vec::new(),
+                    watch: None,
                 };
-                map.insert(shared_key.clone(), e);
-                None
+                map.insert(k.clone(), e);
+                (k, None)
             }
         };
         if let Some((c, s)) = old {
@@ -376,11 +419,10 @@ impl Index {
     pub fn apply_remove(&mut self, key: &[u8], seq: u64, chunk: u64, size: u32) {
         let p = self.part(key);
         let map = &mut self.parts[p];
-        let Some((k, _)) = map.get_key_value(key) else {
+        let Some((k, e)) = map.get_key_value_mut(key) else {
             return;
         };
         let k = k.clone();
-        let Some(e) = map.get_mut(key) else { return };
         let old = (e.chunk, e.size);
         if matches!(e.slot, Slot::Value(_)) {
             add_shadow(&mut e.shadow, e.chunk, &self.chunks);
@@ -392,6 +434,8 @@ impl Index {
         e.size = size;
         e.slot = Slot::Tombstone;
         self.tombstones += 1;
+        // The shadow holds at least the chunk of the value just removed.
+        watch_tombstone(&mut self.chunks, &k, e);
         mark_garbage(
             &mut self.chunks,
             &mut self.garbage_bytes_total,
@@ -409,9 +453,9 @@ impl Index {
         let mut cleared = 0;
         for part in &mut self.parts {
             let keys: Vec<Key> = part
-                .range::<[u8], _>((Bound::Included(prefix), Bound::Unbounded))
-                .take_while(|(k, _)| k.starts_with(prefix))
-                .map(|(k, _)| k.clone())
+                .keys()
+                .filter(|k| k.starts_with(prefix))
+                .cloned()
                 .collect();
             for k in keys {
                 let Some(e) = part.remove(&k) else { continue };
@@ -461,42 +505,42 @@ impl Index {
     }
 
     /// Drops tombstones and prefix tombstones whose shadowed chunks are all gone,
-    /// turning them into garbage. Only GC calls it, and only at the start of a
-    /// cycle: every chunk deletion before then has been made durable (unlink +
-    /// directory fsync), so no dropped tombstone can expose a record again.
-    /// Returns whether anything changed.
+    /// turning them into garbage. Key tombstones are looked at only when GC
+    /// deleted the chunk they watch (`Entry::watch`), so a sweep costs what
+    /// the last cycles deleted, however many tombstones there are. Only GC
+    /// calls it, and only at the start of a cycle: every chunk deletion
+    /// before then has been made durable (unlink + directory fsync), so no
+    /// dropped tombstone can expose a record again. Returns whether anything
+    /// changed.
     pub fn sweep_tombstones(&mut self) -> bool {
         let mut changed = false;
-        if self.tombstones > 0 {
-            let mut drops: Vec<Key> = Vec::new();
-            for info in self
-                .chunks
-                .values()
-                .filter(|c| c.kind == ChunkKind::Tombstone)
-            {
-                for (key, seq) in &info.records {
-                    let p = partition_of(key, self.parts.len());
-                    if let Some(e) = self.parts[p].get(key) {
-                        if e.seq == *seq
-                            && matches!(e.slot, Slot::Tombstone)
-                            && !e.shadow.iter().any(|c| self.chunks.contains_key(c))
-                        {
-                            drops.push(key.clone());
-                        }
+        for key in std::mem::take(&mut self.sweep_queue) {
+            let p = partition_of(&key, self.parts.len());
+            let Some(e) = self.parts[p].get_mut(&key) else {
+                continue;
+            };
+            match e.slot {
+                Slot::Tombstone => {
+                    if watch_tombstone(&mut self.chunks, &key, e) {
+                        continue;
+                    }
+                    if let Some(e) = self.parts[p].remove(&key) {
+                        mark_garbage(
+                            &mut self.chunks,
+                            &mut self.garbage_bytes_total,
+                            e.chunk,
+                            e.size,
+                        );
+                        self.tombstones -= 1;
+                        changed = true;
                     }
                 }
-            }
-            for key in drops {
-                let p = partition_of(&key, self.parts.len());
-                if let Some(e) = self.parts[p].remove(&key) {
-                    mark_garbage(
-                        &mut self.chunks,
-                        &mut self.garbage_bytes_total,
-                        e.chunk,
-                        e.size,
-                    );
-                    self.tombstones -= 1;
-                    changed = true;
+                // Put again since: a value needs no watch, and one whose
+                // watched chunk is gone is registered nowhere any more.
+                Slot::Value(_) => {
+                    if e.watch.is_some_and(|c| !self.chunks.contains_key(&c)) {
+                        e.watch = None;
+                    }
                 }
             }
         }
@@ -655,6 +699,7 @@ impl Index {
         }
         for s in sources {
             if let Some(c) = self.chunks.remove(s) {
+                self.sweep_queue.extend(c.watchers);
                 debug_assert_eq!(
                     c.live_records, 0,
                     "GC source chunk {s} still had live records"
@@ -668,10 +713,7 @@ impl Index {
     pub fn values_with_prefix(&self, prefix: &[u8]) -> Vec<(Key, Value)> {
         let mut out: Vec<(Key, Value)> = Vec::new();
         for part in &self.parts {
-            for (k, e) in part
-                .range::<[u8], _>((Bound::Included(prefix), Bound::Unbounded))
-                .take_while(|(k, _)| k.starts_with(prefix))
-            {
+            for (k, e) in part.iter().filter(|(k, _)| k.starts_with(prefix)) {
                 if let Slot::Value(v) = &e.slot {
                     out.push((k.clone(), v.clone()));
                 }

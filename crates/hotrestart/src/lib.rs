@@ -27,7 +27,10 @@ pub use error::{Error, Result};
 pub use format::{ChunkKind, RecordKind};
 pub use gc::EMPTY_CHUNKS_PER_CYCLE_MAX;
 pub use index::{ChunkState, Key, Value, ValueSource};
-pub use reload::{ReloadReport, TornTail, PARTITION_QUEUE_BATCHES, RELOAD_BATCH_RECORDS};
+pub use reload::{
+    ReloadReport, TornTail, PARTITION_QUEUE_BATCHES, RELOAD_BATCH_BYTES, RELOAD_BATCH_RECORDS,
+    RELOAD_READ_BYTES,
+};
 pub use store::{
     ChunkStats, Config, GcConfig, GcCrashPoint, IoStats, Stats, Store,
     BACKPRESSURE_GARBAGE_CHUNKS_MIN, BACKPRESSURE_WAIT_SLICE_MS, CHUNK_BYTES_MAX, CHUNK_BYTES_MIN,

@@ -11,8 +11,8 @@
 //! record, fsynced, reported and sealed. Corruption in a sealed chunk is an error.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fs::OpenOptions;
-use std::ops::Bound;
+use std::fs::{File, OpenOptions};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -23,17 +23,28 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::chunk;
 use crate::error::{Error, Result};
-use crate::format::{self, ChunkKind, FileState, RecordIter, RecordKind};
+use crate::format::{
+    self, ChunkKind, FileState, RecordKind, CHUNK_HEADER_BYTES, RECORD_HEADER_BYTES,
+};
 use crate::index::{
-    partition_of, ChunkInfo, ChunkState, Entry, Index, Key, PrefixTomb, Slot, Value,
+    partition_of, ChunkInfo, ChunkState, Entry, Index, Key, KeyMap, PrefixTomb, Slot, Value,
 };
 use crate::store::Config;
 
-/// Records per batch sent from a reader to a partition: large enough to amortise
-/// the channel, small enough to keep partitions busy early.
-pub const RELOAD_BATCH_RECORDS: usize = 1024;
-/// Batches queued per partition before readers block (bounds reload memory).
+/// Most records per batch sent from a reader to a partition: large enough that
+/// handing a batch over (a channel send, often a thread wake-up) is rare next
+/// to decoding its records, small enough to keep partitions busy early.
+pub const RELOAD_BATCH_RECORDS: usize = 4096;
+/// A batch is also sent once its records' encoded bytes reach this, so that
+/// large records (the rdb's segments) do not pile up in a batch.
+pub const RELOAD_BATCH_BYTES: usize = 4 * 1024 * 1024;
+/// Batches queued per partition before readers block. With the batch bounds
+/// this bounds reload memory in flight: about `PARTITION_QUEUE_BATCHES ×
+/// RELOAD_BATCH_BYTES` per partition (plus one record per batch).
 pub const PARTITION_QUEUE_BATCHES: usize = 16;
+/// Bytes a reader asks for per read(): one sequential I/O, and the size of
+/// the buffer each reader reuses (it grows only for a larger record).
+pub const RELOAD_READ_BYTES: usize = 4 * 1024 * 1024;
 
 /// A torn tail found (and cut) at reload.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -126,7 +137,7 @@ enum PartMsg {
 
 #[derive(Default)]
 struct PartOut {
-    map: BTreeMap<Key, Entry>,
+    map: KeyMap,
     /// chunk → (garbage bytes, garbage records)
     garbage: HashMap<u64, (u64, u64)>,
     live_lists: HashMap<u64, Vec<(Key, u64)>>,
@@ -184,13 +195,86 @@ fn list_dir(dir: &Path, report: &mut ReloadReport) -> Result<(Vec<Job>, u64)> {
     Ok((jobs, max_chunk_seq))
 }
 
+/// Streams one chunk file through a buffer that its reader thread reuses for
+/// every file: reads of `RELOAD_READ_BYTES` keep the disk streaming without a
+/// fresh allocation (and page faults) per chunk, and a record cut by a block
+/// boundary is moved to the front before the next read.
+struct ChunkStream<'b> {
+    file: File,
+    buf: &'b mut Vec<u8>,
+    /// `buf[start..end]` holds file bytes `pos..pos + (end - start)`.
+    start: usize,
+    end: usize,
+    /// File offset of `buf[start]`.
+    pos: u64,
+    /// Bytes of the file not read yet.
+    unread: u64,
+    path: &'b Path,
+}
+
+impl ChunkStream<'_> {
+    fn available(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+
+    /// Reads until `want` bytes are available or the file ends. Never grows
+    /// the buffer past what the file still holds, so a corrupt record length
+    /// cannot make it allocate more than the file's size.
+    fn fill(&mut self, want: usize, pb: &ProgressBar) -> Result<()> {
+        let want = (want as u64).min((self.end - self.start) as u64 + self.unread) as usize;
+        if self.end - self.start >= want {
+            return Ok(());
+        }
+        if self.buf.len() - self.start < want.max(RELOAD_READ_BYTES) {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+            if self.buf.len() < want.max(RELOAD_READ_BYTES) {
+                self.buf.resize(want.max(RELOAD_READ_BYTES), 0);
+            }
+        }
+        while self.end - self.start < want {
+            let n = self
+                .file
+                .read(&mut self.buf[self.end..])
+                .map_err(|e| Error::io("read", self.path, e))?;
+            if n == 0 {
+                // The file is shorter than it was when listed: treat what we
+                // have as all there is.
+                self.unread = 0;
+                break;
+            }
+            self.end += n;
+            self.unread = self.unread.saturating_sub(n as u64);
+            pb.inc(n as u64);
+        }
+        Ok(())
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.start += n;
+        self.pos += n as u64;
+    }
+}
+
 /// Decodes one chunk file, handing records to `emit` and prefix tombstones to `pts`.
 fn parse_file(
     job: &Job,
-    bytes: &[u8],
+    buf: &mut Vec<u8>,
+    pb: &ProgressBar,
     mut emit: impl FnMut(Rec),
     pts: &mut Vec<PtRec>,
 ) -> Result<FileResult> {
+    let file = File::open(&job.path).map_err(|e| Error::io("open", &job.path, e))?;
+    let mut st = ChunkStream {
+        file,
+        buf,
+        start: 0,
+        end: 0,
+        pos: 0,
+        unread: job.size,
+        path: &job.path,
+    };
     let mut res = FileResult {
         seq: job.seq,
         kind: job.kind,
@@ -202,14 +286,15 @@ fn parse_file(
         max_rec_seq: 0,
         torn: None,
     };
-    let header = match format::decode_header(bytes) {
+    st.fill(CHUNK_HEADER_BYTES, pb)?;
+    let header = match format::decode_header(st.available()) {
         Ok(h) => h,
         Err(e) if job.active => {
             // A crash right after creating the chunk: nothing in it was durable.
             res.torn = Some(TornTail {
                 file: job.path.clone(),
                 offset: 0,
-                bytes_dropped: bytes.len() as u64,
+                bytes_dropped: job.size,
                 reason: format!("header: {e}"),
             });
             return Ok(res);
@@ -226,52 +311,78 @@ fn parse_file(
             ),
         ));
     }
-    let mut iter = RecordIter::new(bytes, header.kind);
-    for item in iter.by_ref() {
-        match item {
-            Ok((_, r)) => {
-                let size = format::encoded_len(r.key.len(), r.value.len()) as u32;
-                res.records += 1;
-                res.record_bytes += size as u64;
-                res.max_rec_seq = res.max_rec_seq.max(r.seq);
-                match r.kind {
-                    RecordKind::PrefixTombstone => pts.push(PtRec {
-                        prefix: Key::from(r.key),
-                        seq: r.seq,
-                        chunk: job.seq,
-                        size,
-                    }),
-                    RecordKind::Value => emit(Rec {
-                        key: Key::from(r.key),
-                        value: Some(Value::from(r.value)),
-                        seq: r.seq,
-                        chunk: job.seq,
-                        size,
-                    }),
-                    RecordKind::Tombstone => emit(Rec {
-                        key: Key::from(r.key),
-                        value: None,
-                        seq: r.seq,
-                        chunk: job.seq,
-                        size,
-                    }),
-                }
+    st.consume(CHUNK_HEADER_BYTES);
+    loop {
+        st.fill(RECORD_HEADER_BYTES, pb)?;
+        let avail = st.available();
+        if avail.is_empty() {
+            break;
+        }
+        if avail.len() >= 4 {
+            // Read the whole record before decoding it; an impossible length
+            // is reported by the decoder.
+            let len = u32::from_le_bytes([avail[0], avail[1], avail[2], avail[3]]) as usize;
+            if (RECORD_HEADER_BYTES..=format::RECORD_BYTES_MAX).contains(&len) {
+                st.fill(len, pb)?;
             }
-            Err((off, e)) if job.active => {
+        }
+        let at = st.pos;
+        let decoded = format::decode_record(st.available()).and_then(|(r, len)| {
+            if header.kind.holds(r.kind) {
+                Ok((r, len))
+            } else {
+                Err(format::DecodeError::WrongChunkKind {
+                    chunk: header.kind,
+                    record: r.kind,
+                })
+            }
+        });
+        let (r, len) = match decoded {
+            Ok(x) => x,
+            Err(e) if job.active => {
+                // Everything from the first bad record on was never synced.
                 res.torn = Some(TornTail {
                     file: job.path.clone(),
-                    offset: off as u64,
-                    bytes_dropped: (bytes.len() - off) as u64,
+                    offset: at,
+                    bytes_dropped: job.size.saturating_sub(at),
                     reason: e.to_string(),
                 });
+                break;
             }
-            Err((off, e)) => return Err(corrupt(&job.path, off as u64, e)),
+            Err(e) => return Err(corrupt(&job.path, at, e)),
+        };
+        let size = format::encoded_len(r.key.len(), r.value.len()) as u32;
+        res.records += 1;
+        res.record_bytes += size as u64;
+        res.max_rec_seq = res.max_rec_seq.max(r.seq);
+        match r.kind {
+            RecordKind::PrefixTombstone => pts.push(PtRec {
+                prefix: Key::from(r.key),
+                seq: r.seq,
+                chunk: job.seq,
+                size,
+            }),
+            RecordKind::Value => emit(Rec {
+                key: Key::from(r.key),
+                value: Some(Value::from(r.value)),
+                seq: r.seq,
+                chunk: job.seq,
+                size,
+            }),
+            RecordKind::Tombstone => emit(Rec {
+                key: Key::from(r.key),
+                value: None,
+                seq: r.seq,
+                chunk: job.seq,
+                size,
+            }),
         }
+        st.consume(len);
     }
-    res.valid_len = iter.offset() as u64;
-    if let Some(t) = &res.torn {
-        res.valid_len = t.offset;
-    }
+    res.valid_len = match &res.torn {
+        Some(t) => t.offset,
+        None => st.pos,
+    };
     Ok(res)
 }
 
@@ -284,27 +395,27 @@ struct ReaderCtx<'a> {
 
 fn reader(ctx: &ReaderCtx<'_>, txs: Vec<Sender<PartMsg>>) -> Result<(Vec<FileResult>, Vec<PtRec>)> {
     let n = txs.len();
-    let mut batches: Vec<Vec<Rec>> = (0..n)
-        .map(|_| Vec::with_capacity(RELOAD_BATCH_RECORDS))
-        .collect();
+    let mut batches: Vec<Vec<Rec>> = (0..n).map(|_| Vec::new()).collect();
+    let mut batch_bytes = vec![0usize; n];
     let mut files = Vec::new();
     let mut pts = Vec::new();
     let mut send_err = false;
+    let mut buf = Vec::new();
     loop {
         let i = ctx.next.fetch_add(1, Ordering::Relaxed);
         let Some(job) = ctx.jobs.get(i) else { break };
-        let bytes = std::fs::read(&job.path).map_err(|e| Error::io("read", &job.path, e))?;
         let res = parse_file(
             job,
-            &bytes,
+            &mut buf,
+            ctx.pb,
             |r| {
                 let p = partition_of(&r.key, n);
+                batch_bytes[p] += r.size as usize;
                 batches[p].push(r);
-                if batches[p].len() >= RELOAD_BATCH_RECORDS {
-                    let b = std::mem::replace(
-                        &mut batches[p],
-                        Vec::with_capacity(RELOAD_BATCH_RECORDS),
-                    );
+                if batches[p].len() >= RELOAD_BATCH_RECORDS || batch_bytes[p] >= RELOAD_BATCH_BYTES
+                {
+                    batch_bytes[p] = 0;
+                    let b = std::mem::take(&mut batches[p]);
                     send_err |= txs[p].send(PartMsg::Batch(b)).is_err();
                 }
             },
@@ -316,7 +427,6 @@ fn reader(ctx: &ReaderCtx<'_>, txs: Vec<Sender<PartMsg>>) -> Result<(Vec<FileRes
             ));
         }
         let total = ctx.records.fetch_add(res.records, Ordering::Relaxed) + res.records;
-        ctx.pb.inc(bytes.len() as u64);
         ctx.pb.set_message(format!("{total} records"));
         files.push(res);
     }
@@ -360,24 +470,23 @@ fn partition(rx: Receiver<PartMsg>) -> Option<PartOut> {
 /// ties between two copies of one record (left by a GC that crashed after renaming
 /// its output), so the choice does not depend on arrival order.
 fn upsert(out: &mut PartOut, r: Rec) {
-    match out.map.get_mut(&r.key) {
-        None => {
+    match out.map.entry(r.key) {
+        hashbrown::hash_map::Entry::Vacant(v) => {
             let slot = match r.value {
                 Some(v) => Slot::Value(v),
                 None => Slot::Tombstone,
             };
-            out.map.insert(
-                r.key,
-                Entry {
-                    seq: r.seq,
-                    chunk: r.chunk,
-                    size: r.size,
-                    slot,
-                    shadow: Vec::new(),
-                },
-            );
+            v.insert(Entry {
+                seq: r.seq,
+                chunk: r.chunk,
+                size: r.size,
+                slot,
+                shadow: Vec::new(),
+                watch: None,
+            });
         }
-        Some(e) => {
+        hashbrown::hash_map::Entry::Occupied(mut o) => {
+            let e = o.get_mut();
             if (r.seq, r.chunk) > (e.seq, e.chunk) {
                 add_garbage(&mut out.garbage, e.chunk, e.size);
                 if matches!(e.slot, Slot::Value(_)) {
@@ -401,27 +510,32 @@ fn upsert(out: &mut PartOut, r: Rec) {
 }
 
 /// Applies the live prefix tombstones (newest first), drops tombstones that shadow
-/// nothing, and lists each chunk's live records.
+/// nothing, and lists each chunk's live records. An entry under several live
+/// prefix tombstones newer than it goes to the newest, as if they were applied
+/// newest first; one pass over the map serves them all.
 fn finish(out: &mut PartOut, pts: &[(Key, u64)]) {
     out.pt_shadow = vec![Vec::new(); pts.len()];
-    for (i, (prefix, pseq)) in pts.iter().enumerate() {
-        let dead: Vec<Key> = out
-            .map
-            .range::<[u8], _>((Bound::Included(&prefix[..]), Bound::Unbounded))
-            .take_while(|(k, _)| k.starts_with(prefix))
-            .filter(|(_, e)| e.seq < *pseq)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for k in dead {
-            let Some(e) = out.map.remove(&k) else {
-                continue;
+    if !pts.is_empty() {
+        let PartOut {
+            map,
+            garbage,
+            pt_shadow,
+            ..
+        } = out;
+        map.retain(|k, e| {
+            let Some(i) = pts
+                .iter()
+                .position(|(prefix, pseq)| e.seq < *pseq && k.starts_with(prefix))
+            else {
+                return true;
             };
-            add_garbage(&mut out.garbage, e.chunk, e.size);
+            add_garbage(garbage, e.chunk, e.size);
             if matches!(e.slot, Slot::Value(_)) {
-                out.pt_shadow[i].push(e.chunk);
+                pt_shadow[i].push(e.chunk);
             }
-            out.pt_shadow[i].extend(e.shadow);
-        }
+            pt_shadow[i].append(&mut e.shadow);
+            false
+        });
     }
     let garbage = &mut out.garbage;
     out.map.retain(|_, e| {
@@ -480,7 +594,7 @@ fn progress_bar(cfg: &Config, total: u64) -> ProgressBar {
 
 type PipelineOut = (Vec<FileResult>, Vec<PtRec>, Vec<PtRec>, Vec<PartOut>);
 
-fn run_pipeline(jobs: &[Job], cfg: &Config, pb: &ProgressBar) -> Result<PipelineOut> {
+fn run_pipeline(dir: &Path, jobs: &[Job], cfg: &Config, pb: &ProgressBar) -> Result<PipelineOut> {
     let nparts = cfg.partitions;
     let next = AtomicUsize::new(0);
     let records = AtomicU64::new(0);
@@ -490,21 +604,29 @@ fn run_pipeline(jobs: &[Job], cfg: &Config, pb: &ProgressBar) -> Result<Pipeline
         records: &records,
         pb,
     };
+    let spawn_err = |e| Error::io("spawn a reload thread", dir, e);
     std::thread::scope(|s| {
         let mut txs = Vec::with_capacity(nparts);
         let mut parts = Vec::with_capacity(nparts);
-        for _ in 0..nparts {
+        for i in 0..nparts {
             let (tx, rx) = crossbeam_channel::bounded::<PartMsg>(PARTITION_QUEUE_BATCHES);
             txs.push(tx);
-            parts.push(s.spawn(move || partition(rx)));
+            let h = std::thread::Builder::new()
+                .name(format!("hr-reload-part-{i}"))
+                .spawn_scoped(s, move || partition(rx))
+                .map_err(spawn_err)?;
+            parts.push(h);
         }
-        let readers: Vec<_> = (0..cfg.parallelism)
-            .map(|_| {
-                let txs = txs.clone();
-                let ctx = &ctx;
-                s.spawn(move || reader(ctx, txs))
-            })
-            .collect();
+        let mut readers = Vec::with_capacity(cfg.parallelism);
+        for i in 0..cfg.parallelism {
+            let txs = txs.clone();
+            let ctx = &ctx;
+            let h = std::thread::Builder::new()
+                .name(format!("hr-reload-read-{i}"))
+                .spawn_scoped(s, move || reader(ctx, txs))
+                .map_err(spawn_err)?;
+            readers.push(h);
+        }
         let mut files = Vec::new();
         let mut pts = Vec::new();
         let mut err: Option<Error> = None;
@@ -616,7 +738,7 @@ pub(crate) fn reload(dir: &Path, cfg: &Config) -> Result<Loaded> {
     let (jobs, max_chunk_seq) = list_dir(dir, &mut report)?;
     let total: u64 = jobs.iter().map(|j| j.size).sum();
     let pb = progress_bar(cfg, total);
-    let (files, live_pts, dead_pts, outs) = run_pipeline(&jobs, cfg, &pb)?;
+    let (files, live_pts, dead_pts, outs) = run_pipeline(dir, &jobs, cfg, &pb)?;
     pb.finish_and_clear();
 
     report.chunks_loaded = files.len() as u64;

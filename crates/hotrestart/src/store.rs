@@ -23,7 +23,8 @@ use crate::reload::{self, ReloadReport};
 
 /// Smallest chunk accepted: tests use tiny chunks to exercise GC.
 pub const CHUNK_BYTES_MIN: u64 = 4 * 1024;
-/// Largest chunk accepted: reload reads a whole chunk into memory per reader.
+/// Largest chunk accepted: GC plans and copies a chunk at a time, and a crash
+/// can leave a torn tail anywhere in the active one.
 pub const CHUNK_BYTES_MAX: u64 = 1024 * 1024 * 1024;
 /// Most reload reader threads.
 pub const PARALLELISM_MAX: usize = 64;

@@ -272,3 +272,54 @@ fn gc_reencodes_owner_held_values_and_rebind_swaps_them_in() {
     assert_eq!(again.encodes.load(Ordering::Relaxed), before + 1);
     assert_eq!(common::dump(&store), want);
 }
+
+/// A tombstone shadowing two chunks watches one at a time: when GC deletes
+/// the chunk it watches while the other still holds an older record of its
+/// key, it must stay (and the key must not come back on reload); it goes once
+/// the second chunk goes too.
+#[test]
+fn a_tombstone_outlives_the_first_of_its_shadowed_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = common::small_config();
+    // Only chunks with no live record are collected, so the test decides
+    // which chunks go, and when.
+    cfg.gc.garbage_ratio_min = 1.0;
+    let v = |b: u8| vec![b; 1500]; // two records fill a 4 KiB chunk
+    let (store, _) = Store::open(dir.path(), cfg.clone()).unwrap();
+    store.put(b"k", &v(1)).unwrap(); // chunk A: k v1
+    store.put(b"f1", &v(2)).unwrap(); // chunk A: f1
+    store.put(b"k", &v(3)).unwrap(); // chunk B: k v2 (A holds k v1 under it)
+    store.put(b"f2", &v(4)).unwrap(); // chunk B: f2
+    store.put(b"f3", &v(5)).unwrap(); // chunk C
+    assert!(store.remove(b"k").unwrap()); // shadows A and B
+    store.put(b"f1", &v(6)).unwrap(); // A is now all garbage
+    store.sync().unwrap();
+    gc_until_idle(&store);
+    assert_eq!(
+        store.stats().tombstones,
+        1,
+        "chunk B still holds k: its tombstone must stay"
+    );
+    drop(store);
+    let (store, _) = Store::open(dir.path(), cfg.clone()).unwrap();
+    assert_eq!(store.get(b"k"), None, "a removed key came back");
+    assert_eq!(store.stats().tombstones, 1);
+    store.put(b"f2", &v(7)).unwrap(); // B is now all garbage
+    store.sync().unwrap();
+    gc_until_idle(&store);
+    assert_eq!(
+        store.stats().tombstones,
+        0,
+        "the tombstone shadows nothing once B is gone"
+    );
+    drop(store);
+    let (store, _) = Store::open(dir.path(), cfg).unwrap();
+    assert_eq!(
+        common::dump(&store),
+        BTreeMap::from([
+            (b"f1".to_vec(), v(6)),
+            (b"f2".to_vec(), v(7)),
+            (b"f3".to_vec(), v(5)),
+        ])
+    );
+}
