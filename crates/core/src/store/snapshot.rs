@@ -17,32 +17,127 @@ use arrow_array::{
 use arrow_buffer::alloc::Allocation;
 use arrow_buffer::{BooleanBuffer, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::SchemaRef;
-use std::collections::HashMap;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
 /// Row positions of each symbol id within one chunk (kdb+ `g#`), ascending.
+/// Stored flat: the chunk's rows grouped by symbol, with each present id's
+/// range. It is built at every seal (every `CHUNK_ROWS_MAX` rows, on the
+/// apply path), so it is a counting sort over the chunk's ids: two linear
+/// passes and three allocations, not a map insert per row.
 #[derive(Debug, Default)]
 pub struct SymIndex {
-    rows: HashMap<u32, Vec<u32>>,
+    /// The ids present, ascending.
+    ids: Vec<u32>,
+    /// `rows[starts[i]..starts[i + 1]]` are the rows of `ids[i]`.
+    starts: Vec<u32>,
+    rows: Vec<u32>,
 }
+
+/// Ids up to this many times the chunk's rows (or `CHUNK_ROWS_MAX`) are
+/// counted in a dense array; a chunk of a table with far more symbols sorts
+/// (row, id) pairs instead, so the temporary array stays small.
+const DENSE_IDS_PER_ROW: usize = 4;
 
 impl SymIndex {
     pub fn build(keys: &[u32]) -> SymIndex {
-        let mut rows: HashMap<u32, Vec<u32>> = HashMap::new();
-        for (i, k) in keys.iter().enumerate() {
-            rows.entry(*k).or_default().push(i as u32);
+        let Some(&max) = keys.iter().max() else {
+            return SymIndex::default();
+        };
+        let dense_max = keys.len().max(super::CHUNK_ROWS_MAX) * DENSE_IDS_PER_ROW;
+        if (max as usize) >= dense_max {
+            return Self::build_sparse(keys);
         }
-        SymIndex { rows }
+        // next[id]: where id's next row goes, once the counts are summed.
+        let mut next = vec![0u32; max as usize + 1];
+        for &k in keys {
+            next[k as usize] += 1;
+        }
+        let mut ids = Vec::new();
+        let mut starts = Vec::new();
+        let mut at = 0u32;
+        for (id, n) in next.iter_mut().enumerate() {
+            if *n > 0 {
+                ids.push(id as u32);
+                starts.push(at);
+                let count = *n;
+                *n = at;
+                at += count;
+            }
+        }
+        starts.push(at);
+        let mut rows = vec![0u32; keys.len()];
+        for (row, &k) in keys.iter().enumerate() {
+            let slot = &mut next[k as usize];
+            rows[*slot as usize] = row as u32;
+            *slot += 1;
+        }
+        SymIndex { ids, starts, rows }
+    }
+
+    fn build_sparse(keys: &[u32]) -> SymIndex {
+        let mut pairs: Vec<(u32, u32)> = keys
+            .iter()
+            .enumerate()
+            .map(|(row, &k)| (k, row as u32))
+            .collect();
+        pairs.sort_unstable();
+        let mut ids = Vec::new();
+        let mut starts = Vec::new();
+        for (i, &(k, _)) in pairs.iter().enumerate() {
+            if ids.last() != Some(&k) {
+                ids.push(k);
+                starts.push(i as u32);
+            }
+        }
+        starts.push(pairs.len() as u32);
+        let rows = pairs.into_iter().map(|(_, row)| row).collect();
+        SymIndex { ids, starts, rows }
     }
 
     /// Rows holding symbol `id` (empty if none).
     pub fn rows(&self, id: u32) -> &[u32] {
-        self.rows.get(&id).map(|v| v.as_slice()).unwrap_or(&[])
+        match self.ids.binary_search(&id) {
+            Ok(i) => &self.rows[self.starts[i] as usize..self.starts[i + 1] as usize],
+            Err(_) => &[],
+        }
     }
 
     pub fn symbols(&self) -> usize {
-        self.rows.len()
+        self.ids.len()
+    }
+}
+
+#[cfg(test)]
+mod sym_index_tests {
+    use super::SymIndex;
+
+    /// Both layouts agree with the obvious definition, on dense ids and on
+    /// ids far beyond the chunk's size.
+    #[test]
+    fn rows_per_symbol_in_order() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % m) as u32
+        };
+        for spread in [7u64, 3000, 1 << 30] {
+            let keys: Vec<u32> = (0..5000).map(|_| next(spread)).collect();
+            let ix = SymIndex::build(&keys);
+            let mut distinct: Vec<u32> = keys.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            assert_eq!(ix.symbols(), distinct.len());
+            for id in distinct.iter().copied().chain([u32::MAX]) {
+                let want: Vec<u32> = (0..keys.len() as u32)
+                    .filter(|&r| keys[r as usize] == id)
+                    .collect();
+                assert_eq!(ix.rows(id), want.as_slice(), "spread {spread} id {id}");
+            }
+        }
+        assert_eq!(SymIndex::build(&[]).rows(0), &[] as &[u32]);
     }
 }
 
