@@ -224,8 +224,24 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
     if a.trim_journal && a.hot.hot_restart.is_none() {
         return Err("--trim-journal needs --hot-restart: the journal may only be trimmed behind a durable checkpoint".into());
     }
-    let hot = crate::persist::open(&a.hot)?;
-    let tp = open_tp(&a.tp, Arc::new(schema.clone()), toml.clone())?;
+    // The journal's recovery scan and the Hot Restart store's reload read
+    // different directories and need each other only afterwards: a restart's
+    // two longest reads run side by side.
+    let (hot, tp) = std::thread::scope(|s| {
+        let hot = std::thread::Builder::new()
+            .name("hot-restart-reload".into())
+            .spawn_scoped(s, || crate::persist::open(&a.hot));
+        let tp = open_tp(&a.tp, Arc::new(schema.clone()), toml.clone());
+        let hot = match hot {
+            Ok(h) => h
+                .join()
+                .unwrap_or_else(|_| Err("the Hot Restart reload thread panicked".into())),
+            Err(e) => Err(format!("spawning the Hot Restart reload thread: {e}")),
+        };
+        (hot, tp)
+    });
+    let hot = hot?;
+    let tp = tp?;
     if let Some(h) = &hot {
         h.check_compatible(&schema, &[], &[], tp.seq())
             .map_err(|e| e.to_string())?;
