@@ -288,6 +288,8 @@ def test_bench_kv_runs_the_same_operations_on_tickdb_and_redis(tmp_path):
     assert [x["parallelism"] for x in t["reloads"]] == [1, 3]
     for x in t["reloads"]:
         assert x["records"] >= rep["live_keys"] and x["bytes"] > 0 and x["secs"] > 0 and x["raw_mb_s"] > 0
+    # Every reload read the same files.
+    assert len({(x["records"], x["bytes"]) for x in t["reloads"]}) == 1, t["reloads"]
     assert rd["aof_bytes"] > 0 and rd["restart_secs"] > 0 and rd["version"].startswith("7.")
 
 

@@ -420,8 +420,17 @@ fn run_tickdb(work: &Path, o: &KvOptions) -> Result<(TickdbRun, Model, Option<&'
         cold = cold.and(disk::evict(&dir));
         let (_, raw_mb_s) = disk::read_files(&disk::files_in(&dir)?, p)?;
         cold = cold.and(disk::evict(&dir));
+        // No GC thread on the reloaded store: it would compact the files
+        // under the next reload, which must read exactly the same ones.
+        let cfg = Config {
+            gc: GcConfig {
+                enabled: false,
+                ..GcConfig::default()
+            },
+            ..store_config(o, p)
+        };
         let t0 = Instant::now();
-        let (store, rep) = Store::open(&dir, store_config(o, p)).map_err(store_err)?;
+        let (store, rep) = Store::open(&dir, cfg).map_err(store_err)?;
         let secs = t0.elapsed().as_secs_f64();
         check_store(
             &store,

@@ -192,6 +192,11 @@ struct RestartArgs {
     /// is trimmed by whole segments.
     #[arg(long, default_value_t = tickdb_journal::SEGMENT_BYTES_MAX_DEFAULT)]
     segment_bytes_max: u64,
+    /// Rows per journaled update while loading. The default is what a feed
+    /// at the seed's 48,000/s makes in a 1 ms tick; 10000 is the seed's bulk
+    /// insert (the cheapest journal to replay).
+    #[arg(long, default_value_t = restart::SEED_RATE_BATCH_ROWS)]
+    batch_rows: usize,
     #[arg(long, default_value_t = 42)]
     seed: u64,
     /// Also write the results as JSON.
@@ -436,6 +441,7 @@ fn restart_opts(a: &RestartArgs) -> restart::RestartOptions {
         symbols: a.symbols,
         parallelism: a.parallelism,
         segment_bytes_max: a.segment_bytes_max,
+        batch_rows: a.batch_rows,
         seed: a.seed,
     }
 }
@@ -599,6 +605,7 @@ fn hot_restart_sections(bin: &Path, work: &Path, a: &ReportArgs) -> Result<Strin
         symbols: 2000,
         parallelism: 2,
         segment_bytes_max: tickdb_journal::SEGMENT_BYTES_MAX_DEFAULT,
+        batch_rows: restart::SEED_RATE_BATCH_ROWS,
         seed: 42,
         json: None,
     };

@@ -27,10 +27,13 @@ pub const TRADING_DAY_S: u64 = 6 * 3600 + 1800;
 /// The checkpoint schedule's default (seed 000's five minutes): a crash
 /// leaves on average half of it as the journal tail.
 pub const CHECKPOINT_INTERVAL_S: u64 = 300;
+/// Rows per journaled update at the seed's rate: a feed ticking every
+/// millisecond at 48,000 updates/s sends 48 rows a tick.
+pub const SEED_RATE_BATCH_ROWS: usize = (SEED_RATE / 1000) as usize;
 /// How long the rdb may take to apply what the tp journaled, after the feeds stop.
 const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(300);
 /// A prestress step may take this long per million rows (and a minute more).
-const PRESTRESS_SECS_PER_MROWS: u64 = 120;
+const PRESTRESS_SECS_PER_MROWS: u64 = 300;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct RestartOptions {
@@ -46,6 +49,8 @@ pub struct RestartOptions {
     pub symbols: usize,
     pub parallelism: usize,
     pub segment_bytes_max: u64,
+    /// Rows per journaled update while loading (`feed --prestress-batch-rows`).
+    pub batch_rows: usize,
     pub seed: u64,
 }
 
@@ -112,6 +117,7 @@ fn prestress(
     cmd.args(["feed", "--http-port", &s.http.to_string()])
         .args(["--ilp-port", &s.ilp.to_string()])
         .args(["--prestress", &rows.to_string(), "--duration", "0"])
+        .args(["--prestress-batch-rows", &o.batch_rows.to_string()])
         .args([
             "--symbols",
             &o.symbols.to_string(),
@@ -374,7 +380,8 @@ impl RestartReport {
         let day = SEED_RATE * TRADING_DAY_S;
         let mut s = format!(
             "`tickdb up --fsync never --hot-restart DIR` loaded with {} rows of the feed's trades and quotes \
-             (1:10, {} symbols) in {} prestress steps, while a live feed sends {} updates/s; a checkpoint \
+             (1:10, {} symbols) in {} prestress steps of {}-row updates (as a feed at the seed's rate journals \
+             them: {} rows per 1 ms tick), while a live feed sends {} updates/s; a checkpoint \
              (`POST /checkpoint`) after each step, under that feed. Then {} more rows (the journal tail: a \
              crash with the default {CHECKPOINT_INTERVAL_S} s schedule leaves half an interval on average, scaled \
              like the day) and kill -9. {} rows are {:.1} minutes of the seed's {} updates/s; a 6.5-hour day is \
@@ -382,6 +389,8 @@ impl RestartReport {
             si(o.rows as f64),
             o.symbols,
             o.steps,
+            o.batch_rows,
+            SEED_RATE_BATCH_ROWS,
             si(o.live_rate as f64),
             si(self.tail_rows as f64),
             si(self.rows as f64),

@@ -28,8 +28,11 @@ pub const TICK_MS: u64 = 1;
 /// Rows sent in one write at most: after a stall the feed catches up in
 /// bursts of this size rather than one huge buffer.
 pub const BURST_ROWS_MAX: u64 = 50_000;
-/// Rows per prestress request: the seed's bulk-insert size.
+/// Rows per prestress request by default: the seed's bulk-insert size.
 pub const PRESTRESS_BATCH_ROWS: usize = 10_000;
+/// Most rows per prestress request (about 6 MB of ILP, well inside the tp's
+/// default request limit).
+pub const PRESTRESS_BATCH_ROWS_MAX: usize = 100_000;
 /// The seed's prestress: 65 million records.
 pub const SEED_PRESTRESS_ROWS: u64 = 65_000_000;
 /// The scaled default prestress allows this many bytes of available memory
@@ -133,6 +136,11 @@ pub struct FeedArgs {
     /// per core).
     #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "auto", value_parser = parse_prestress)]
     pub prestress: Option<Prestress>,
+    /// Rows per prestress request: each is one journaled update. The default
+    /// is the seed's 10,000-row bulk insert; 48 journals the data as a feed at
+    /// 48,000 updates/s in 1 ms ticks would (a realistic day's journal).
+    #[arg(long, default_value_t = PRESTRESS_BATCH_ROWS, value_name = "ROWS")]
+    pub prestress_batch_rows: usize,
     /// Write a JSON summary of the run here.
     #[arg(long, value_name = "FILE")]
     pub summary: Option<PathBuf>,
@@ -219,7 +227,7 @@ fn prestress(
         "prestress {bar:30} {human_pos}/{human_len} rows {per_sec} eta {eta}",
     );
     let t0 = Instant::now();
-    let mut buf = Vec::with_capacity(PRESTRESS_BATCH_ROWS * 64);
+    let mut buf = Vec::with_capacity(a.prestress_batch_rows * 64);
     let mut done = 0u64;
     let mut last_log = Instant::now();
     while done < rows {
@@ -227,7 +235,7 @@ fn prestress(
             s.interrupted = true;
             break;
         }
-        let n = (rows - done).min(PRESTRESS_BATCH_ROWS as u64);
+        let n = (rows - done).min(a.prestress_batch_rows as u64);
         buf.clear();
         let trades = generate(sim, clock, n, &mut buf);
         post_write(&mut http, &buf)?;
@@ -343,6 +351,11 @@ pub fn run(a: FeedArgs) -> Result<FeedSummary> {
     signal::install();
     if a.rate == 0 {
         return Err(StackError::BadInput("--rate must be at least 1".into()));
+    }
+    if !(1..=PRESTRESS_BATCH_ROWS_MAX).contains(&a.prestress_batch_rows) {
+        return Err(StackError::BadInput(format!(
+            "--prestress-batch-rows must be within 1..={PRESTRESS_BATCH_ROWS_MAX}"
+        )));
     }
     if a.duration.is_some_and(|d| !(d >= 0.0 && d.is_finite())) {
         return Err(StackError::BadInput(
