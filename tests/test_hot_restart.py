@@ -276,6 +276,7 @@ def test_bench_kv_runs_the_same_operations_on_tickdb_and_redis(tmp_path):
         rows = md_rows(md, label)
         assert len(rows) == n and all(row[0] and row[1] for row in rows), (label, md)
     assert "faster than Redis loading its AOF" in md, md
+    assert md.count("\n- ", md.index("Targets (reported, not asserted)")) == 3, md
     rep = json.loads(out.read_text())
     t, rd = rep["tickdb"], rep["redis"]
     # The store and Redis agree with the model (the run would have failed
@@ -306,6 +307,7 @@ def test_bench_restart_brings_back_every_row_three_ways(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     md = r.stdout
     assert "Longest ingest pause" in md
+    assert "at least 5× faster than replaying the whole journal" in md.split("Targets (reported, not asserted)")[1], md
     assert len(md_rows(md, "whole journal")) == 1 and len(md_rows(md, "Hot Restart, journal")) == 2, md
     rep = json.loads(out.read_text())
     cks = rep["checkpoints"]

@@ -470,6 +470,25 @@ impl RestartReport {
             ),
             &self.hot_trimmed_journal,
         ));
+        let speedup = |r: &RestartRuns| match (median(&self.full_replay.secs), median(&r.secs)) {
+            (Some(f), Some(m)) if m > 0.0 => format!("{:.1}×", f / m),
+            _ => "n/a".into(),
+        };
+        s.push_str(&format!(
+            "\nTargets (reported, not asserted):\n\n\
+             - Checkpoint ingest pause under 10 ms whatever the data size: at most {:.3} ms, from {} to {} rows.\n\
+             - An rdb restart with Hot Restart at least 5× faster than replaying the whole journal: {} with the \
+             journal trimmed behind the checkpoint (what `--trim-journal` keeps), {} with the journal kept whole, \
+             whose recovery scan at start still reads all of it. Both a replay and the rebuild of the tables \
+             from the store append every row to the column store; Hot Restart saves the per-update costs of the \
+             journal (records of {} rows here) and its scan, not the per-row ones.\n",
+            max_pause as f64 / 1000.0,
+            si(self.checkpoints.first().map(|c| c.rows).unwrap_or(0) as f64),
+            si(self.checkpoints.last().map(|c| c.rows).unwrap_or(0) as f64),
+            speedup(&self.hot_trimmed_journal),
+            speedup(&self.hot_whole_journal),
+            o.batch_rows,
+        ));
         s
     }
 }
