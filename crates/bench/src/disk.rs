@@ -80,6 +80,35 @@ pub fn evict(dir: &Path) -> Option<&'static str> {
     ok.then_some("emptied for those files (posix_fadvise DONTNEED)")
 }
 
+/// Whether every eviction of a run emptied the page cache, and how: a
+/// benchmark that calls its reads cold must have emptied it before each.
+#[derive(Debug, Default)]
+pub struct ColdReads {
+    how: Option<&'static str>,
+    failed: bool,
+}
+
+impl ColdReads {
+    /// Evicts `dir` (see `evict`) and notes whether it worked.
+    pub fn evict(&mut self, dir: &Path) {
+        match evict(dir) {
+            Some(how) => {
+                self.how.get_or_insert(how);
+            }
+            None => self.failed = true,
+        }
+    }
+
+    /// How the cache was emptied, if it was every time.
+    pub fn how(&self) -> Option<&'static str> {
+        if self.failed {
+            None
+        } else {
+            self.how
+        }
+    }
+}
+
 /// A raw sequential read of `files` with `threads` readers, each taking
 /// whole files from a shared queue (largest first) and reading them in
 /// `RAW_READ_BLOCK_BYTES` blocks, as a parallel reload does. Returns (bytes,

@@ -81,9 +81,10 @@ fn record_payload() -> Vec<u8> {
 /// Raw cold sequential read of every file under `dir`, then the journal
 /// reader over the same files (CRC checks and payload decoding included).
 fn replay(dir: &Path, last_seq: u64) -> Result<ReplayResult> {
-    let mut cold = disk::evict(dir);
+    let mut cold = disk::ColdReads::default();
+    cold.evict(dir);
     let (bytes, raw_mb_s) = disk::read_files(&disk::files_in(dir)?, 1)?;
-    cold = cold.and(disk::evict(dir));
+    cold.evict(dir);
     let reader = tickdb_journal::JournalReader::open(dir, 1, last_seq)
         .map_err(|e| BenchError::Server(e.to_string()))?;
     let mut rows = 0u64;
@@ -105,7 +106,7 @@ fn replay(dir: &Path, last_seq: u64) -> Result<ReplayResult> {
         raw_mb_s,
         replay_mb_s: mb / secs,
         replay_rows_s: rows as f64 / secs,
-        cold,
+        cold: cold.how(),
     })
 }
 

@@ -415,11 +415,11 @@ fn run_tickdb(work: &Path, o: &KvOptions) -> Result<(TickdbRun, Model, Option<&'
     let st = store.stats();
     store.close().map_err(store_err)?;
     let mut reloads = Vec::new();
-    let mut cold = Some("");
+    let mut cold = disk::ColdReads::default();
     for &p in &o.parallelism {
-        cold = cold.and(disk::evict(&dir));
+        cold.evict(&dir);
         let (_, raw_mb_s) = disk::read_files(&disk::files_in(&dir)?, p)?;
-        cold = cold.and(disk::evict(&dir));
+        cold.evict(&dir);
         // No GC thread on the reloaded store: it would compact the files
         // under the next reload, which must read exactly the same ones.
         let cfg = Config {
@@ -462,7 +462,7 @@ fn run_tickdb(work: &Path, o: &KvOptions) -> Result<(TickdbRun, Model, Option<&'
             reloads,
         },
         model,
-        cold,
+        cold.how(),
     ))
 }
 
@@ -697,10 +697,8 @@ impl KvReport {
             "Restart, page cache {} first. tickdb: `Store::open` (the parallel reload pipeline, until every \
              key is back in RAM); raw read: the same chunk files read sequentially with as many threads. Redis: \
              from starting `redis-server` on its AOF until it answers PING.\n\n",
-            match self.cold {
-                Some(how) if !how.is_empty() => how,
-                _ => "NOT emptied (no permission; warm reads)",
-            }
+            self.cold
+                .unwrap_or("NOT emptied (no permission; warm reads)")
         ));
         s.push_str(
             "| restart | data read | seconds | MB/s | ratio to raw read |\n|---|---|---|---|---|\n",

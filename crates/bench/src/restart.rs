@@ -210,11 +210,12 @@ fn restart_once(
     o: &RestartOptions,
     rows: u64,
     runs: &mut RestartRuns,
-) -> Result<Option<&'static str>> {
+    cold: &mut disk::ColdReads,
+) -> Result<()> {
     let data = work.join("restart-data");
-    let mut cold = disk::evict(&data.join("journal"));
+    cold.evict(&data.join("journal"));
     if let Some(h) = hot {
-        cold = cold.and(disk::evict(h));
+        cold.evict(h);
     }
     let mut flags = base_flags(o);
     if let Some(h) = hot {
@@ -247,7 +248,7 @@ fn restart_once(
     // A crash again: no checkpoint at shutdown, so every restart of the
     // store starts from the same checkpoint and tail.
     s.child.kill();
-    Ok(cold)
+    Ok(())
 }
 
 pub fn run(bin: &Path, work: &Path, o: &RestartOptions) -> Result<RestartReport> {
@@ -322,17 +323,17 @@ pub fn run(bin: &Path, work: &Path, o: &RestartOptions) -> Result<RestartReport>
     let mut full = RestartRuns::default();
     let mut whole = RestartRuns::default();
     let mut trimmed = RestartRuns::default();
-    let mut cold = Some("");
+    let mut cold = disk::ColdReads::default();
     for r in 0..o.repeats {
         pb.set_message(format!("full journal replay ({}/{})", r + 1, o.repeats));
-        cold = cold.and(restart_once(bin, work, None, o, rows, &mut full)?);
+        restart_once(bin, work, None, o, rows, &mut full, &mut cold)?;
         pb.inc(1);
         pb.set_message(format!(
             "hot restart, whole journal ({}/{})",
             r + 1,
             o.repeats
         ));
-        cold = cold.and(restart_once(bin, work, Some(&hot), o, rows, &mut whole)?);
+        restart_once(bin, work, Some(&hot), o, rows, &mut whole, &mut cold)?;
         pb.inc(1);
     }
     // What --trim-journal (or POST /journal/trim) does after a checkpoint.
@@ -345,7 +346,7 @@ pub fn run(bin: &Path, work: &Path, o: &RestartOptions) -> Result<RestartReport>
             r + 1,
             o.repeats
         ));
-        cold = cold.and(restart_once(bin, work, Some(&hot), o, rows, &mut trimmed)?);
+        restart_once(bin, work, Some(&hot), o, rows, &mut trimmed, &mut cold)?;
         pb.inc(1);
     }
     pb.finish_and_clear();
@@ -362,7 +363,7 @@ pub fn run(bin: &Path, work: &Path, o: &RestartOptions) -> Result<RestartReport>
         full_replay: full,
         hot_whole_journal: whole,
         hot_trimmed_journal: trimmed,
-        cold: cold.filter(|c| !c.is_empty()),
+        cold: cold.how(),
     })
 }
 
