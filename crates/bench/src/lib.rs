@@ -153,6 +153,7 @@ struct KvArgs {
     /// Skip Redis.
     #[arg(long)]
     no_redis: bool,
+    /// Seed of the random operations and values (both systems get the same).
     #[arg(long, default_value_t = 42)]
     seed: u64,
     /// The seed's lab size: 100M entries, parallelism 4, 40 partitions
@@ -183,6 +184,7 @@ struct RestartArgs {
     /// Restarts of each kind; the median is reported.
     #[arg(long, default_value_t = 3)]
     repeats: usize,
+    /// Symbols in the feeds' universe.
     #[arg(long, default_value_t = 2000)]
     symbols: usize,
     /// --hot-restart-parallelism of the restarts.
@@ -197,6 +199,7 @@ struct RestartArgs {
     /// insert (the cheapest journal to replay).
     #[arg(long, default_value_t = restart::SEED_RATE_BATCH_ROWS)]
     batch_rows: usize,
+    /// Seed of the feeds (each load step adds its number; the live feed 1000).
     #[arg(long, default_value_t = 42)]
     seed: u64,
     /// Also write the results as JSON.
