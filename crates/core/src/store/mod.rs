@@ -9,10 +9,12 @@
 //! pointer swap, and a query sees a consistent cut while ingest goes on.
 
 mod chunk;
+mod row_key;
 mod snapshot;
 mod symbols;
 mod table;
 
+pub use row_key::{row_key_bytes, SymbolBytes};
 pub use snapshot::{ChunkSnapshot, SymIndex, TableSnapshot};
 pub use table::{arrow_schema, TablePin};
 

@@ -6,6 +6,7 @@
 //! deduplicated snapshot is cached per published version.
 
 use super::chunk::{ActiveChunk, ActiveView};
+use super::row_key::{row_key_bytes, SymbolBytes};
 use super::snapshot::{active_chunk, ChunkSnapshot, TableSnapshot};
 use super::symbols::SymbolDict;
 use super::{CHUNK_ROWS_MAX, CHUNK_ROWS_MIN, VAR_BYTES_PER_ROW};
@@ -14,9 +15,7 @@ use crate::domain::Domains;
 use crate::error::{CoreError, Result};
 use crate::schema::{ColumnType, TableDef, TableKind};
 use arc_swap::ArcSwap;
-use arrow_array::cast::AsArray;
-use arrow_array::types::{Int32Type, Int64Type, TimestampNanosecondType, UInt32Type};
-use arrow_array::{Array, BooleanArray, StringArray};
+use arrow_array::{BooleanArray, StringArray};
 use arrow_schema::{DataType, Field, Schema as ArrowSchema, SchemaRef, TimeUnit};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -312,49 +311,6 @@ impl TablePin {
     }
 }
 
-/// Appends row `row` of `array` to `out` as key bytes.
-fn key_bytes(array: &dyn Array, row: usize, out: &mut Vec<u8>) {
-    if array.is_null(row) {
-        out.push(0);
-        return;
-    }
-    out.push(1);
-    match array.data_type() {
-        DataType::Timestamp(_, _) => out.extend_from_slice(
-            &array
-                .as_primitive::<TimestampNanosecondType>()
-                .value(row)
-                .to_le_bytes(),
-        ),
-        DataType::Int64 => {
-            out.extend_from_slice(&array.as_primitive::<Int64Type>().value(row).to_le_bytes())
-        }
-        DataType::Int32 => {
-            out.extend_from_slice(&array.as_primitive::<Int32Type>().value(row).to_le_bytes())
-        }
-        DataType::Boolean => out.push(array.as_boolean().value(row) as u8),
-        DataType::Dictionary(_, _) => out.extend_from_slice(
-            &array
-                .as_dictionary::<UInt32Type>()
-                .keys()
-                .value(row)
-                .to_le_bytes(),
-        ),
-        DataType::Utf8 => {
-            let s = array.as_string::<i32>().value(row);
-            out.extend_from_slice(&(s.len() as u32).to_le_bytes());
-            out.extend_from_slice(s.as_bytes());
-        }
-        DataType::Binary => {
-            let s = array.as_binary::<i32>().value(row);
-            out.extend_from_slice(&(s.len() as u32).to_le_bytes());
-            out.extend_from_slice(s);
-        }
-        // Float keys are refused by the schema parser.
-        _ => {}
-    }
-}
-
 /// Keeps only the latest row of each key, in the order rows arrived.
 fn latest_per_key(raw: TableSnapshot, key: &[usize]) -> Result<TableSnapshot> {
     let mut last: HashMap<Vec<u8>, (usize, usize)> = HashMap::new();
@@ -362,9 +318,7 @@ fn latest_per_key(raw: TableSnapshot, key: &[usize]) -> Result<TableSnapshot> {
     for (ci, chunk) in raw.chunks.iter().enumerate() {
         for row in 0..chunk.batch.num_rows() {
             buf.clear();
-            for k in key {
-                key_bytes(chunk.batch.column(*k).as_ref(), row, &mut buf);
-            }
+            row_key_bytes(&chunk.batch, key, row, SymbolBytes::Id, &mut buf);
             last.insert(buf.clone(), (ci, row));
         }
     }

@@ -12,10 +12,8 @@
 //! Big-endian numbers make key order the numeric order, so a table's segments
 //! come back sorted by row.
 
-use arrow_array::cast::AsArray;
-use arrow_array::types::{Int32Type, Int64Type, TimestampNanosecondType, UInt32Type};
-use arrow_array::{Array, RecordBatch};
-use arrow_schema::DataType;
+use arrow_array::RecordBatch;
+use tickdb_core::store::SymbolBytes;
 
 /// The first bytes of every table record: nothing else in the store starts so.
 pub const TABLES_PREFIX: &[u8] = b"t/";
@@ -111,58 +109,12 @@ pub fn parse(key: &[u8]) -> Option<RecordKey<'_>> {
     }
 }
 
-/// The bytes of row `row`'s key columns: per column a null flag, then the value
-/// (symbols and strings by their text, so the bytes do not depend on a
-/// process's symbol ids). Two rows have the same bytes exactly when the keyed
-/// table treats them as the same key.
+/// The bytes of row `row`'s key columns, symbols by their text so that the
+/// bytes do not depend on a process's symbol ids (the layout is
+/// tickdb-core's `row_key_bytes`). Two rows have the same bytes exactly when
+/// the keyed table treats them as the same key.
 pub fn row_key_bytes(batch: &RecordBatch, key_columns: &[usize], row: usize, out: &mut Vec<u8>) {
-    for &c in key_columns {
-        let array = batch.column(c);
-        if array.is_null(row) {
-            out.push(0);
-            continue;
-        }
-        out.push(1);
-        match array.data_type() {
-            DataType::Timestamp(_, _) => out.extend_from_slice(
-                &array
-                    .as_primitive::<TimestampNanosecondType>()
-                    .value(row)
-                    .to_le_bytes(),
-            ),
-            DataType::Int64 => {
-                out.extend_from_slice(&array.as_primitive::<Int64Type>().value(row).to_le_bytes())
-            }
-            DataType::Int32 => {
-                out.extend_from_slice(&array.as_primitive::<Int32Type>().value(row).to_le_bytes())
-            }
-            DataType::Boolean => out.push(array.as_boolean().value(row) as u8),
-            DataType::Dictionary(_, _) => {
-                let d = array.as_dictionary::<UInt32Type>();
-                let id = d.keys().value(row) as usize;
-                let values = d.values().as_string::<i32>();
-                let s = if id < values.len() {
-                    values.value(id)
-                } else {
-                    ""
-                };
-                out.extend_from_slice(&(s.len() as u32).to_le_bytes());
-                out.extend_from_slice(s.as_bytes());
-            }
-            DataType::Utf8 => {
-                let s = array.as_string::<i32>().value(row);
-                out.extend_from_slice(&(s.len() as u32).to_le_bytes());
-                out.extend_from_slice(s.as_bytes());
-            }
-            DataType::Binary => {
-                let s = array.as_binary::<i32>().value(row);
-                out.extend_from_slice(&(s.len() as u32).to_le_bytes());
-                out.extend_from_slice(s);
-            }
-            // The schema refuses float keys; anything else has no key bytes.
-            _ => {}
-        }
-    }
+    tickdb_core::store::row_key_bytes(batch, key_columns, row, SymbolBytes::Text, out);
 }
 
 #[cfg(test)]
