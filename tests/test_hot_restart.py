@@ -97,6 +97,13 @@ def checkpoint(db) -> dict:
     assert r.status_code == 200, r.text
     c = r.json()
     assert c["seq"] > 0 and c["pause_us"] >= 0 and c["duration_ms"] >= 0, c
+    # What operators read in /status: the store's disk and GC figures.
+    st = db.status()["hot_restart"]
+    assert st["durable_seq"] >= c["seq"], st
+    store = st["store"]
+    assert store["disk_bytes"] > 0 and store["chunks"] > 0 and store["user_bytes_written"] > 0, store
+    assert store["write_amplification"] >= 1.0 and store["garbage_bytes"] >= 0, store
+    assert {"gc_bytes_written", "gc_runs", "gc_chunks_reclaimed"} <= store.keys(), store
     return c
 
 

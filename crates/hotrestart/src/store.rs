@@ -167,8 +167,9 @@ pub struct ChunkStats {
     pub garbage_records: u64,
 }
 
-/// The store's totals and counters without per-key figures (`Store::io_stats`).
-#[derive(Clone, Debug)]
+/// The store's totals and counters without per-key figures (`Store::io_stats`):
+/// what an owner shows in its status and metrics (hence `Serialize`).
+#[derive(Clone, Debug, serde::Serialize)]
 pub struct IoStats {
     pub disk_bytes: u64,
     pub garbage_bytes: u64,

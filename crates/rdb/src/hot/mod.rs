@@ -103,19 +103,6 @@ struct Counts {
     restore: Option<RestoreReport>,
 }
 
-/// The store's I/O and GC figures, for `/status` and `/metrics`.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct StoreFigures {
-    pub disk_bytes: u64,
-    pub garbage_bytes: u64,
-    pub chunks: u64,
-    pub user_bytes_written: u64,
-    pub gc_bytes_written: u64,
-    pub write_amplification: f64,
-    pub gc_runs: u64,
-    pub gc_chunks_reclaimed: u64,
-}
-
 /// What `/status` shows of Hot Restart.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct HotStatus {
@@ -134,7 +121,8 @@ pub struct HotStatus {
     pub torn_tails: usize,
     /// At start: rebuilding the tables from the reloaded records.
     pub restore: Option<RestoreReport>,
-    pub store: StoreFigures,
+    /// The store's I/O and GC figures.
+    pub store: tickdb_hotrestart::IoStats,
 }
 
 /// The rdb's Hot Restart store and its checkpoints.
@@ -365,20 +353,6 @@ impl HotRestart {
         self.durable_seq.load(Ordering::Acquire)
     }
 
-    pub fn figures(&self) -> StoreFigures {
-        let s = self.store.io_stats();
-        StoreFigures {
-            disk_bytes: s.disk_bytes,
-            garbage_bytes: s.garbage_bytes,
-            chunks: s.chunks,
-            user_bytes_written: s.user_bytes_written,
-            gc_bytes_written: s.gc_bytes_written,
-            write_amplification: s.write_amplification,
-            gc_runs: s.gc_runs,
-            gc_chunks_reclaimed: s.gc_chunks_reclaimed,
-        }
-    }
-
     pub fn status(&self) -> HotStatus {
         let c = self.counts.lock();
         HotStatus {
@@ -394,7 +368,7 @@ impl HotRestart {
             reload_bytes_per_sec: self.reload.bytes_per_sec(),
             torn_tails: self.reload.torn_tails.len(),
             restore: c.restore.clone(),
-            store: self.figures(),
+            store: self.store.io_stats(),
         }
     }
 }
