@@ -430,51 +430,47 @@ impl RestartReport {
             si(self.rows as f64),
         ));
         s.push_str("| restart | reads | seconds | of which store reload / table rebuild | speed-up over full replay |\n|---|---|---|---|---|\n");
-        let full = median(&self.full_replay.secs);
-        let row = |name: &str, reads: String, r: &RestartRuns| {
-            let m = median(&r.secs);
-            format!(
-                "| {name} | {reads} | {} | {} | {} |\n",
+        // Median restart time of a whole-journal replay over that of `r`.
+        let speedup = |r: &RestartRuns| match (median(&self.full_replay.secs), median(&r.secs)) {
+            (Some(f), Some(m)) if m > 0.0 => format!("{:.1}×", f / m),
+            _ => "n/a".into(),
+        };
+        let tail = si(self.tail_rows as f64);
+        let store = self.store_bytes as f64 / MB;
+        let rows = [
+            (
+                "whole journal (no `--hot-restart`)",
+                format!("journal {:.0} MB", self.journal_bytes as f64 / MB),
+                &self.full_replay,
+            ),
+            (
+                "Hot Restart, journal kept whole",
+                format!(
+                    "store {store:.0} MB, journal {:.0} MB (scanned), {tail} rows replayed",
+                    self.journal_bytes as f64 / MB
+                ),
+                &self.hot_whole_journal,
+            ),
+            (
+                "Hot Restart, journal trimmed behind the checkpoint",
+                format!(
+                    "store {store:.0} MB, journal {:.0} MB, {tail} rows replayed",
+                    self.journal_trimmed_bytes as f64 / MB
+                ),
+                &self.hot_trimmed_journal,
+            ),
+        ];
+        for (name, reads, r) in rows {
+            s.push_str(&format!(
+                "| {name} | {reads} | {} | {} | **{}** |\n",
                 Samples(r.secs.clone()).describe(secs),
                 match (median(&r.reload_secs), median(&r.restore_secs)) {
                     (Some(a), Some(b)) => format!("{} / {}", secs(a), secs(b)),
                     _ => String::new(),
                 },
-                match (full, m) {
-                    (Some(f), Some(m)) if m > 0.0 => format!("**{:.1}×**", f / m),
-                    _ => "n/a".into(),
-                }
-            )
-        };
-        s.push_str(&row(
-            "whole journal (no `--hot-restart`)",
-            format!("journal {:.0} MB", self.journal_bytes as f64 / MB),
-            &self.full_replay,
-        ));
-        s.push_str(&row(
-            "Hot Restart, journal kept whole",
-            format!(
-                "store {:.0} MB, journal {:.0} MB (scanned), {} rows replayed",
-                self.store_bytes as f64 / MB,
-                self.journal_bytes as f64 / MB,
-                si(self.tail_rows as f64)
-            ),
-            &self.hot_whole_journal,
-        ));
-        s.push_str(&row(
-            "Hot Restart, journal trimmed behind the checkpoint",
-            format!(
-                "store {:.0} MB, journal {:.0} MB, {} rows replayed",
-                self.store_bytes as f64 / MB,
-                self.journal_trimmed_bytes as f64 / MB,
-                si(self.tail_rows as f64)
-            ),
-            &self.hot_trimmed_journal,
-        ));
-        let speedup = |r: &RestartRuns| match (median(&self.full_replay.secs), median(&r.secs)) {
-            (Some(f), Some(m)) if m > 0.0 => format!("{:.1}×", f / m),
-            _ => "n/a".into(),
-        };
+                speedup(r)
+            ));
+        }
         s.push_str(&format!(
             "\nTargets (reported, not asserted):\n\n\
              - Checkpoint ingest pause under 10 ms whatever the data size: at most {:.3} ms, from {} to {} rows.\n\
