@@ -21,13 +21,47 @@ pub struct Tickdb {
     pub data_dir: PathBuf,
 }
 
-/// Starts `tickdb ROLE` (up or tp) with `extra` flags.
+/// Starts of a server whose ports were taken between `free_port` and its
+/// bind before the benchmark gives up.
+const PORT_RACE_TRIES: usize = 3;
+
+/// Starts `tickdb ROLE` (up or tp) with `extra` flags on free ports. A port
+/// found free can be taken before the server binds it (the benchmark's own
+/// loopback connections draw ephemeral ports from the same range); the
+/// server then exits naming the port, and it is started again on fresh ones.
+/// That happens at bind, before any replay, so a timed start loses only a
+/// process start.
 pub fn start_tickdb(
     bin: &Path,
     work: &Path,
     role: &str,
     name: &str,
     extra: &[&str],
+) -> Result<Tickdb> {
+    let log = work.join(format!("{name}.log"));
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match start_tickdb_once(bin, work, role, name, extra, &log) {
+            Err(BenchError::Server(_))
+                if tries < PORT_RACE_TRIES
+                    && std::fs::read_to_string(&log)
+                        .is_ok_and(|l| l.contains("address already in use")) =>
+            {
+                eprintln!("tickdb {role}: a port was taken before it bound it; starting it on fresh ports");
+            }
+            r => return r,
+        }
+    }
+}
+
+fn start_tickdb_once(
+    bin: &Path,
+    work: &Path,
+    role: &str,
+    name: &str,
+    extra: &[&str],
+    log: &Path,
 ) -> Result<Tickdb> {
     let (http, ilp, tp) = (free_port()?, free_port()?, free_port()?);
     let data_dir = work.join(format!("{name}-data"));
@@ -47,11 +81,7 @@ pub fn start_tickdb(
     if role == "up" {
         cmd.args(["--pg-port", &free_port()?.to_string()]);
     }
-    let mut child = Child::spawn(
-        &format!("tickdb {role}"),
-        &mut cmd,
-        &work.join(format!("{name}.log")),
-    )?;
+    let mut child = Child::spawn(&format!("tickdb {role}"), &mut cmd, log)?;
     wait_http(&mut child, http, "/health")?;
     Ok(Tickdb {
         child,
@@ -163,4 +193,47 @@ pub fn start_questdb(work: &Path) -> Result<QuestDb> {
     let mut child = Child::spawn("QuestDB", &mut cmd, &work.join("questdb.log"))?;
     wait_http(&mut child, http, "/exec?query=select%201")?;
     Ok(QuestDb { child, http, ilp })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A server that loses the port race on its first start is started again
+    /// on fresh ports; one that fails for another reason is not.
+    #[test]
+    fn a_lost_port_race_starts_the_server_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("fake-tickdb");
+        // First start: exit as tickdb does when a port is taken. Later ones:
+        // answer 200 on the --http-port given.
+        let script = format!(
+            r#"#!/bin/sh
+if [ ! -e {marker} ]; then
+  touch {marker}
+  echo "tickdb: cannot listen for HTTP on 127.0.0.1:1: address already in use" >&2
+  exit 1
+fi
+while [ "$1" != "--http-port" ]; do shift; done
+exec python3 -c 'import http.server as h, sys
+class H(h.BaseHTTPRequestHandler):
+    def do_GET(s): s.send_response(200); s.send_header("Content-Length", "0"); s.end_headers()
+h.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()' "$2"
+"#,
+            marker = dir.path().join("started-once").display()
+        );
+        std::fs::write(&bin, script).unwrap();
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut s = start_tickdb(&bin, dir.path(), "tp", "fake", &[]).unwrap();
+        s.child.stop(Duration::from_secs(5));
+
+        let failing = dir.path().join("failing");
+        std::fs::write(&failing, "#!/bin/sh\necho 'bad schema' >&2\nexit 1\n").unwrap();
+        std::fs::set_permissions(&failing, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let err = start_tickdb(&failing, dir.path(), "tp", "failing", &[])
+            .err()
+            .expect("a server that cannot start is an error");
+        assert!(err.to_string().contains("bad schema"), "{err}");
+    }
 }
