@@ -895,7 +895,8 @@ impl ExtensionPlanner for AsofPlanner {
 /// The session's query planner: DataFusion's, plus the as-of join.
 #[derive(Debug)]
 pub struct TickQueryPlanner {
-    /// Every physical plan gets this time limit, counted from planning.
+    /// The time limit of a plan whose session carries no query context
+    /// (every query the engine starts carries one).
     timeout: std::time::Duration,
 }
 
@@ -915,9 +916,16 @@ impl datafusion::execution::context::QueryPlanner for TickQueryPlanner {
         let plan = DefaultPhysicalPlanner::with_extension_planners(vec![Arc::new(AsofPlanner)])
             .create_physical_plan(logical_plan, session)
             .await?;
-        // Here, not in one front, so that HTTP and pgwire (whose library
-        // executes prepared statements itself) get the same limit.
-        crate::deadline::wrap(plan, std::time::Instant::now() + self.timeout, self.timeout)
+        // Here, not in one front, so that every front gets the same limits:
+        // the query's own context (deadline, cancellation) when the session
+        // carries one, a fresh one with the engine's timeout otherwise.
+        let ctx = session
+            .config()
+            .get_extension::<crate::context::QueryCtx>()
+            .map(|c| c.as_ref().clone())
+            .or_else(|| crate::context::CURRENT_QUERY.try_with(|c| c.clone()).ok())
+            .unwrap_or_else(|| crate::context::QueryCtx::new(self.timeout));
+        crate::deadline::wrap(plan, &ctx)
     }
 }
 

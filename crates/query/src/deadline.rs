@@ -1,13 +1,15 @@
-//! Query time limits that hold for CPU-bound plans.
+//! Query time limits and cancellation that hold for CPU-bound plans.
 //!
 //! An outer `tokio::time::timeout` is not enough: DataFusion operators such
 //! as a nested-loop join or a sort can run for seconds without returning
-//! `Pending`, so a dropped query keeps its worker threads busy and, with
-//! every worker busy, the timer that should cancel it never fires. Instead
+//! `Pending`, so a dropped query keeps its worker threads busy. Instead
 //! every node of the physical plan is wrapped in a `DeadlineExec` that
-//! checks the clock on each batch passing through and fails the stream once
-//! the deadline has passed; the error travels up and ends every task.
+//! checks the query's context (`context::QueryCtx`: deadline and
+//! cancellation) on each batch passing through, and also while it waits for
+//! one, and fails the stream once the deadline has passed or the query was
+//! cancelled; the error travels up and ends every task.
 
+use crate::context::{QueryCtx, Stop};
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -20,34 +22,54 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Text every deadline error carries, so the engine can tell it from other
 /// failures however DataFusion wraps it on the way up.
 pub const DEADLINE_MESSAGE: &str = "tickdb query deadline exceeded";
+/// Text every cancellation error carries, for the same reason.
+pub const CANCEL_MESSAGE: &str = "tickdb query cancelled";
 
 pub fn is_deadline(e: &DataFusionError) -> bool {
     e.to_string().contains(DEADLINE_MESSAGE)
 }
 
+pub fn is_cancel(e: &DataFusionError) -> bool {
+    e.to_string().contains(CANCEL_MESSAGE)
+}
+
+/// Which stop, if any, an error from a plan reports.
+pub fn stop_of(e: &DataFusionError) -> Option<Stop> {
+    let text = e.to_string();
+    if text.contains(CANCEL_MESSAGE) {
+        Some(Stop::Cancelled)
+    } else if text.contains(DEADLINE_MESSAGE) {
+        Some(Stop::Deadline)
+    } else {
+        None
+    }
+}
+
+/// The error a stopped query's stream ends with.
+pub fn stop_error(stop: Stop, timeout: Duration) -> DataFusionError {
+    match stop {
+        Stop::Deadline => DataFusionError::Execution(format!("{DEADLINE_MESSAGE} ({timeout:?})")),
+        Stop::Cancelled => DataFusionError::Execution(CANCEL_MESSAGE.to_string()),
+    }
+}
+
 #[derive(Debug)]
 pub struct DeadlineExec {
     input: Arc<dyn ExecutionPlan>,
-    deadline: Instant,
-    timeout: Duration,
+    ctx: QueryCtx,
 }
 
-/// Wraps every node of `plan` (bottom up) in a deadline check.
-pub fn wrap(
-    plan: Arc<dyn ExecutionPlan>,
-    deadline: Instant,
-    timeout: Duration,
-) -> Result<Arc<dyn ExecutionPlan>> {
+/// Wraps every node of `plan` (bottom up) in a check of `ctx`.
+pub fn wrap(plan: Arc<dyn ExecutionPlan>, ctx: &QueryCtx) -> Result<Arc<dyn ExecutionPlan>> {
     plan.transform_up(|node| {
         Ok(Transformed::yes(Arc::new(DeadlineExec {
             input: node,
-            deadline,
-            timeout,
+            ctx: ctx.clone(),
         }) as Arc<dyn ExecutionPlan>))
     })
     .map(|t| t.data)
@@ -55,7 +77,7 @@ pub fn wrap(
 
 impl DisplayAs for DeadlineExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "DeadlineExec: {:?}", self.timeout)
+        write!(f, "DeadlineExec: {:?}", self.ctx.timeout())
     }
 }
 
@@ -92,8 +114,7 @@ impl ExecutionPlan for DeadlineExec {
             .map_err(|_| DataFusionError::Internal("DeadlineExec takes one child".into()))?;
         Ok(Arc::new(DeadlineExec {
             input,
-            deadline: self.deadline,
-            timeout: self.timeout,
+            ctx: self.ctx.clone(),
         }))
     }
 
@@ -110,30 +131,47 @@ impl ExecutionPlan for DeadlineExec {
     fn execute(
         &self,
         partition: usize,
-        ctx: Arc<TaskContext>,
+        task: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let deadline = self.deadline;
-        let timeout = self.timeout;
-        let expired =
-            move || DataFusionError::Execution(format!("{DEADLINE_MESSAGE} ({timeout:?})"));
-        if Instant::now() >= deadline {
-            return Err(expired());
+        let ctx = self.ctx.clone();
+        if let Some(stop) = ctx.stop() {
+            return Err(stop_error(stop, ctx.timeout()));
         }
-        let input = self.input.execute(partition, ctx)?;
+        let input = self.input.execute(partition, task)?;
         let schema = input.schema();
-        let stream = futures::stream::unfold((input, false), move |(mut input, done)| async move {
-            if done {
-                return None;
-            }
-            if Instant::now() >= deadline {
-                return Some((Err(expired()), (input, true)));
-            }
-            let item = input.next().await?;
-            if Instant::now() >= deadline {
-                return Some((Err(expired()), (input, true)));
-            }
-            Some((item, (input, false)))
-        });
+        let stream = futures::stream::unfold(
+            (input, ctx, false),
+            move |(mut input, ctx, done)| async move {
+                if done {
+                    return None;
+                }
+                if let Some(stop) = ctx.stop() {
+                    return Some((Err(stop_error(stop, ctx.timeout())), (input, ctx, true)));
+                }
+                // Waiting for the input is raced against the deadline and a
+                // cancel, so a node blocked on a slow child still ends on
+                // time.
+                let item = tokio::select! {
+                    biased;
+                    _ = ctx.cancelled() => Err(Stop::Cancelled),
+                    _ = tokio::time::sleep_until(ctx.deadline().into()) => Err(Stop::Deadline),
+                    item = input.next() => Ok(item),
+                };
+                match item {
+                    Err(stop) => Some((Err(stop_error(stop, ctx.timeout())), (input, ctx, true))),
+                    Ok(None) => None,
+                    Ok(Some(item)) => {
+                        if let Some(stop) = ctx.stop() {
+                            return Some((
+                                Err(stop_error(stop, ctx.timeout())),
+                                (input, ctx, true),
+                            ));
+                        }
+                        Some((item, (input, ctx, false)))
+                    }
+                }
+            },
+        );
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
     }
 }

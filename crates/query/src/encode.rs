@@ -8,7 +8,7 @@ use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::*;
 use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
-use serde_json::{json, Map, Number, Value};
+use serde_json::{json, Number, Value};
 use std::sync::Arc;
 
 /// The type name shown in the JSON `columns` list (QuestDB's names where
@@ -174,48 +174,239 @@ fn column_values(array: &ArrayRef) -> Result<Vec<Value>, ArrowError> {
     Ok(out)
 }
 
+/// A result encoding for HTTP `/exec`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// QuestDB `/exec`-like JSON.
+    Json,
+    /// CSV with a header row.
+    Csv,
+    /// The Arrow IPC stream format.
+    Arrow,
+}
+
+impl Format {
+    /// `json`, `csv` or `arrow` (any case).
+    pub fn parse(s: &str) -> Option<Format> {
+        match s.to_ascii_lowercase().as_str() {
+            "json" => Some(Format::Json),
+            "csv" => Some(Format::Csv),
+            "arrow" => Some(Format::Arrow),
+            _ => None,
+        }
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Json => "application/json",
+            Format::Csv => "text/csv",
+            Format::Arrow => "application/vnd.apache.arrow.stream",
+        }
+    }
+}
+
+/// Encodes a result batch by batch, so that a result of any size streams
+/// out in bounded memory: each batch becomes one chunk of bytes. The first
+/// chunk carries the head (JSON's columns, CSV's header row, Arrow's
+/// schema) together with the first batch, so a query that fails on its
+/// first batch fails before any byte is sent.
+pub struct Encoder {
+    format: Format,
+    query: String,
+    schema: Option<SchemaRef>,
+    head_sent: bool,
+    rows: usize,
+    arrow: Option<datafusion::arrow::ipc::writer::StreamWriter<Vec<u8>>>,
+}
+
+impl Encoder {
+    /// `query` is echoed in the JSON head.
+    pub fn new(format: Format, query: &str) -> Encoder {
+        Encoder {
+            format,
+            query: query.to_string(),
+            schema: None,
+            head_sent: false,
+            rows: 0,
+            arrow: None,
+        }
+    }
+
+    fn head(&mut self, out: &mut Vec<u8>) -> Result<(), ArrowError> {
+        if self.head_sent {
+            return Ok(());
+        }
+        self.head_sent = true;
+        let Some(schema) = self.schema.clone() else {
+            return Ok(());
+        };
+        match self.format {
+            Format::Json => {
+                let columns: Vec<Value> = schema
+                    .fields()
+                    .iter()
+                    .map(|f| json!({"name": f.name(), "type": type_name(f.data_type())}))
+                    .collect();
+                out.extend_from_slice(b"{\"query\":");
+                serde_json::to_writer(&mut *out, &self.query).map_err(json_err)?;
+                out.extend_from_slice(b",\"columns\":");
+                serde_json::to_writer(&mut *out, &columns).map_err(json_err)?;
+                out.extend_from_slice(b",\"dataset\":[");
+            }
+            Format::Csv => {
+                let header: Vec<String> = schema
+                    .fields()
+                    .iter()
+                    .map(|f| csv_field(f.name()))
+                    .collect();
+                out.extend_from_slice(header.join(",").as_bytes());
+                out.push(b'\n');
+            }
+            Format::Arrow => {
+                let w = datafusion::arrow::ipc::writer::StreamWriter::try_new(Vec::new(), &schema)?;
+                self.arrow = Some(w);
+                self.drain_arrow(out);
+            }
+        }
+        Ok(())
+    }
+
+    fn drain_arrow(&mut self, out: &mut Vec<u8>) {
+        if let Some(w) = self.arrow.as_mut() {
+            out.append(w.get_mut());
+        }
+    }
+
+    /// Bytes for the result's schema (nothing yet: the head goes out with
+    /// the first batch).
+    pub fn start(&mut self, schema: &SchemaRef) {
+        self.schema = Some(schema.clone());
+    }
+
+    /// Bytes for one batch (with the head, the first time).
+    pub fn batch(&mut self, batch: &RecordBatch) -> Result<Vec<u8>, ArrowError> {
+        let mut out = Vec::new();
+        self.head(&mut out)?;
+        if batch.num_rows() == 0 {
+            return Ok(out);
+        }
+        match self.format {
+            Format::Json => {
+                let cols = batch
+                    .columns()
+                    .iter()
+                    .map(column_values)
+                    .collect::<Result<Vec<_>, _>>()?;
+                for row in 0..batch.num_rows() {
+                    if self.rows > 0 {
+                        out.push(b',');
+                    }
+                    self.rows += 1;
+                    out.push(b'[');
+                    for (i, c) in cols.iter().enumerate() {
+                        if i > 0 {
+                            out.push(b',');
+                        }
+                        serde_json::to_writer(&mut out, &c[row]).map_err(json_err)?;
+                    }
+                    out.push(b']');
+                }
+            }
+            Format::Csv => {
+                self.rows += batch.num_rows();
+                let mut w = datafusion::arrow::csv::WriterBuilder::new()
+                    .with_header(false)
+                    .with_timestamp_format("%Y-%m-%dT%H:%M:%S%.9fZ".to_string())
+                    .build(&mut out);
+                w.write(&plain(batch)?)?;
+            }
+            Format::Arrow => {
+                self.rows += batch.num_rows();
+                if let Some(w) = self.arrow.as_mut() {
+                    w.write(&unique_dictionaries(batch)?)?;
+                }
+                self.drain_arrow(&mut out);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The closing bytes (the head too, for a result with no batch).
+    pub fn finish(&mut self) -> Result<Vec<u8>, ArrowError> {
+        let mut out = Vec::new();
+        self.head(&mut out)?;
+        match self.format {
+            Format::Json => {
+                out.extend_from_slice(format!("],\"count\":{}}}", self.rows).as_bytes());
+            }
+            Format::Csv => {}
+            Format::Arrow => {
+                if let Some(w) = self.arrow.as_mut() {
+                    w.finish()?;
+                }
+                self.drain_arrow(&mut out);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Rows encoded so far.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+}
+
+fn json_err(e: serde_json::Error) -> ArrowError {
+    ArrowError::ExternalError(Box::new(e))
+}
+
+fn encode_err(e: ArrowError) -> crate::QueryError {
+    crate::QueryError::Execution(format!("encoding the result: {e}"))
+}
+
+impl crate::ResultSink for Encoder {
+    type Item = bytes::Bytes;
+
+    fn start(&mut self, schema: &SchemaRef) -> Result<Option<bytes::Bytes>, crate::QueryError> {
+        Encoder::start(self, schema);
+        Ok(None)
+    }
+
+    fn batch(&mut self, batch: RecordBatch) -> Result<Option<bytes::Bytes>, crate::QueryError> {
+        let out = Encoder::batch(self, &batch).map_err(encode_err)?;
+        Ok((!out.is_empty()).then(|| out.into()))
+    }
+
+    fn finish(&mut self) -> Result<Option<bytes::Bytes>, crate::QueryError> {
+        let out = Encoder::finish(self).map_err(encode_err)?;
+        Ok((!out.is_empty()).then(|| out.into()))
+    }
+}
+
+/// A whole result in one encoding (tests, small results).
+pub fn encode_all(format: Format, result: &QueryResult) -> Result<Vec<u8>, ArrowError> {
+    let mut e = Encoder::new(format, &result.query);
+    e.start(&result.schema);
+    let mut out = Vec::new();
+    for b in &result.batches {
+        out.extend(e.batch(b)?);
+    }
+    out.extend(e.finish()?);
+    Ok(out)
+}
+
 /// QuestDB `/exec`-like JSON:
 /// `{"query": .., "columns": [{"name", "type"}], "dataset": [[..]], "count": N}`.
 /// Timestamps are RFC 3339 strings with nanoseconds, symbols strings, and
 /// NaN or infinite floats `null`.
 pub fn json(result: &QueryResult) -> Value {
-    let columns: Vec<Value> = result
-        .schema
-        .fields()
-        .iter()
-        .map(|f| json!({"name": f.name(), "type": type_name(f.data_type())}))
-        .collect();
-    let mut dataset: Vec<Value> = Vec::with_capacity(result.rows());
-    let mut error = None;
-    for batch in &result.batches {
-        let cols: Result<Vec<Vec<Value>>, ArrowError> =
-            batch.columns().iter().map(column_values).collect();
-        match cols {
-            Ok(cols) => {
-                let mut iters: Vec<_> = cols.into_iter().map(|c| c.into_iter()).collect();
-                for _ in 0..batch.num_rows() {
-                    let row: Vec<Value> = iters
-                        .iter_mut()
-                        .map(|it| it.next().unwrap_or(Value::Null))
-                        .collect();
-                    dataset.push(Value::Array(row));
-                }
-            }
-            Err(e) => {
-                error = Some(e.to_string());
-                break;
-            }
-        }
+    match encode_all(Format::Json, result)
+        .map_err(|e| e.to_string())
+        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+    {
+        Ok(v) => v,
+        Err(e) => json!({ "query": result.query, "error": e }),
     }
-    let mut m = Map::new();
-    m.insert("query".into(), Value::String(result.query.clone()));
-    m.insert("columns".into(), Value::Array(columns));
-    m.insert("count".into(), json!(dataset.len()));
-    m.insert("dataset".into(), Value::Array(dataset));
-    if let Some(e) = error {
-        m.insert("error".into(), Value::String(e));
-    }
-    Value::Object(m)
 }
 
 fn has_dictionary(batch: &RecordBatch) -> bool {
@@ -282,29 +473,10 @@ fn repeats_a_value(c: &ArrayRef) -> bool {
 
 /// CSV with a header row; timestamps as RFC 3339 with nanoseconds.
 pub fn csv(result: &QueryResult) -> Vec<u8> {
-    let mut buf = Vec::new();
-    let header: Vec<String> = result
-        .schema
-        .fields()
-        .iter()
-        .map(|f| csv_field(f.name()))
-        .collect();
-    buf.extend_from_slice(header.join(",").as_bytes());
-    buf.push(b'\n');
-    {
-        let mut w = datafusion::arrow::csv::WriterBuilder::new()
-            .with_header(false)
-            .with_timestamp_format("%Y-%m-%dT%H:%M:%S%.9fZ".to_string())
-            .build(&mut buf);
-        for b in &result.batches {
-            let r = plain(b).and_then(|b| w.write(&b));
-            if let Err(e) = r {
-                tracing::warn!("csv encoding: {e}");
-                break;
-            }
-        }
-    }
-    buf
+    encode_all(Format::Csv, result).unwrap_or_else(|e| {
+        tracing::warn!("csv encoding: {e}");
+        Vec::new()
+    })
 }
 
 fn csv_field(s: &str) -> String {
@@ -318,19 +490,10 @@ fn csv_field(s: &str) -> String {
 /// The Arrow IPC *stream* format (schema, then batches):
 /// `pyarrow.ipc.open_stream`, `pandas`/`polars` via pyarrow read it.
 pub fn arrow_ipc(result: &QueryResult) -> Vec<u8> {
-    let mut buf = Vec::new();
-    let r = (|| -> Result<(), ArrowError> {
-        let mut w =
-            datafusion::arrow::ipc::writer::StreamWriter::try_new(&mut buf, &result.schema)?;
-        for b in &result.batches {
-            w.write(&unique_dictionaries(b)?)?;
-        }
-        w.finish()
-    })();
-    if let Err(e) = r {
+    encode_all(Format::Arrow, result).unwrap_or_else(|e| {
         tracing::warn!("arrow ipc encoding: {e}");
-    }
-    buf
+        Vec::new()
+    })
 }
 
 #[cfg(test)]

@@ -30,6 +30,19 @@ pub enum QueryError {
     /// The query needed more memory than its limit allows.
     #[error("query ran out of memory: {0}")]
     ResourcesExhausted(String),
+    /// The statement is longer or nests deeper than the node accepts.
+    #[error("statement too complex: {0}")]
+    TooComplex(String),
+    /// Every query slot and the whole waiting queue are taken.
+    #[error("busy: {0}")]
+    Busy(String),
+    /// The node cannot answer yet: its tables are still being loaded
+    /// (journal replay, Hot Restart reload, catch-up with the tp).
+    #[error("not ready: {0}")]
+    NotReady(String),
+    /// A client cancelled the query.
+    #[error("query cancelled")]
+    Cancelled,
     /// The query failed while running (e.g. a cast of bad data).
     #[error("execution error: {0}")]
     Execution(String),
@@ -40,13 +53,18 @@ pub enum QueryError {
 
 impl QueryError {
     /// A stable name for the error class: `syntax`, `plan`, `timeout`,
-    /// `resources_exhausted`, `execution`, `internal`.
+    /// `resources_exhausted`, `too_complex`, `busy`, `not_ready`,
+    /// `cancelled`, `execution`, `internal`.
     pub fn kind(&self) -> &'static str {
         match self {
             QueryError::Syntax { .. } => "syntax",
             QueryError::Plan { .. } => "plan",
             QueryError::Timeout(_) => "timeout",
             QueryError::ResourcesExhausted(_) => "resources_exhausted",
+            QueryError::TooComplex(_) => "too_complex",
+            QueryError::Busy(_) => "busy",
+            QueryError::NotReady(_) => "not_ready",
+            QueryError::Cancelled => "cancelled",
             QueryError::Execution(_) => "execution",
             QueryError::Internal(_) => "internal",
         }
@@ -58,6 +76,10 @@ impl QueryError {
             QueryError::Syntax { .. } | QueryError::Plan { .. } => 400,
             QueryError::Timeout(_) => 408,
             QueryError::ResourcesExhausted(_) => 413,
+            QueryError::TooComplex(_) => 400,
+            QueryError::Busy(_) | QueryError::NotReady(_) => 503,
+            // nginx's "client closed request": only logs ever show it.
+            QueryError::Cancelled => 499,
             QueryError::Execution(_) => 422,
             QueryError::Internal(_) => 500,
         }
@@ -78,6 +100,8 @@ impl QueryError {
                 message.clone()
             }
             QueryError::Timeout(d) => format!("query timed out after {d:?}"),
+            QueryError::Cancelled => "query cancelled".to_string(),
+            QueryError::TooComplex(m) | QueryError::Busy(m) | QueryError::NotReady(m) => m.clone(),
             QueryError::ResourcesExhausted(m)
             | QueryError::Execution(m)
             | QueryError::Internal(m) => m.clone(),

@@ -7,15 +7,21 @@
 //! `QueryEngine`, `QueryResult`, `QueryError` and `encode`.
 
 pub mod asof;
+pub mod checked;
+pub mod context;
 pub mod deadline;
 pub mod encode;
 mod error;
 pub mod latest;
+pub mod limits;
 pub mod pg;
+pub mod pool;
 pub mod provider;
 pub mod udf;
 
+pub use context::QueryCtx;
 pub use error::{Position, QueryError};
+pub use pool::PoolStats;
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
@@ -24,15 +30,17 @@ use datafusion::common::TableReference;
 use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::memory_pool::{GreedyMemoryPool, TrackConsumersPool};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
-use datafusion::execution::session_state::SessionStateBuilder;
+use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::TaskContext;
-use datafusion::physical_plan::ExecutionPlan;
+use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::{DataFrame, SQLOptions, SessionConfig, SessionContext};
+use futures::StreamExt;
 use std::num::NonZeroUsize;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 use tickdb_core::store::Store;
+use tokio::sync::{mpsc, oneshot};
 
 /// Default time limit of one query.
 pub const QUERY_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
@@ -40,6 +48,12 @@ pub const QUERY_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
 pub const QUERY_MEMORY_BYTES_DEFAULT: usize = 1 << 30;
 /// Default number of partitions a scan is split into (threads per query).
 pub const TARGET_PARTITIONS_DEFAULT: usize = 2;
+/// Result batches a running query computes ahead of its reader (an HTTP
+/// body, PostgreSQL rows): a slow reader holds the query back instead of
+/// letting results pile up in memory.
+pub const RESULT_BATCHES_AHEAD: usize = 2;
+/// How often a query waiting for the node to be ready looks again.
+const READY_POLL: Duration = Duration::from_millis(20);
 /// Time the outer timer waits past the deadline for the plan's own checks
 /// to end the query cleanly.
 const DEADLINE_GRACE: Duration = Duration::from_millis(500);
@@ -56,6 +70,16 @@ pub struct QueryOptions {
     pub memory_limit_bytes: usize,
     /// Partitions a scan is split into (parallelism of one query).
     pub target_partitions: usize,
+    /// Query threads (a runtime of their own, apart from ingest).
+    pub threads: usize,
+    /// Queries that run at once.
+    pub concurrency: usize,
+    /// Queries that may wait for a turn; more are refused as busy.
+    pub queue_max: usize,
+    /// How long a query may wait for the node to become ready (journal
+    /// replay, reload) before it is refused as not ready; zero refuses at
+    /// once.
+    pub ready_wait: Duration,
 }
 
 impl Default for QueryOptions {
@@ -64,6 +88,12 @@ impl Default for QueryOptions {
             timeout: QUERY_TIMEOUT_DEFAULT,
             memory_limit_bytes: QUERY_MEMORY_BYTES_DEFAULT,
             target_partitions: TARGET_PARTITIONS_DEFAULT,
+            threads: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2),
+            concurrency: pool::QUERY_CONCURRENCY_DEFAULT,
+            queue_max: pool::QUERY_QUEUE_MAX_DEFAULT,
+            ready_wait: Duration::ZERO,
         }
     }
 }
@@ -83,10 +113,80 @@ impl QueryResult {
     }
 }
 
+/// Whether the node may answer queries; the node's lifecycle implements it.
+pub trait Readiness: Send + Sync {
+    /// `Ok` when the tables are complete; otherwise why not, in words a
+    /// client can act on (what is loading, how far it has got).
+    fn check(&self) -> Result<(), String>;
+}
+
 struct Inner {
     ctx: SessionContext,
     opts: QueryOptions,
     store: Arc<Store>,
+    pool: pool::QueryPool,
+    readiness: OnceLock<Arc<dyn Readiness>>,
+}
+
+/// A running query's batches, computed on the query threads a few ahead
+/// of the reader. Dropping it cancels the query.
+pub struct ResultStream<T = RecordBatch> {
+    schema: SchemaRef,
+    rx: mpsc::Receiver<Result<T, QueryError>>,
+    ctx: QueryCtx,
+    _cancel: context::CancelOnDrop,
+}
+
+impl<T> ResultStream<T> {
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// The next item, an error, or `None` at the end. Never waits past
+    /// the query's deadline (plus a short grace for the plan's own checks
+    /// to end it cleanly), even when one batch takes longer to compute.
+    pub async fn next(&mut self) -> Option<Result<T, QueryError>> {
+        let until = self.ctx.deadline() + DEADLINE_GRACE;
+        match tokio::time::timeout_at(until.into(), self.rx.recv()).await {
+            Ok(item) => item,
+            Err(_) => {
+                self.ctx.cancel();
+                self.rx.close();
+                Some(Err(QueryError::Timeout(self.ctx.timeout())))
+            }
+        }
+    }
+
+    pub fn ctx(&self) -> &QueryCtx {
+        &self.ctx
+    }
+}
+
+/// Turns a query's batches into what its reader consumes (encoded bytes
+/// for HTTP), on the query threads.
+pub trait ResultSink: Send + 'static {
+    type Item: Send + 'static;
+    /// Called once with the result's schema, before any batch.
+    fn start(&mut self, schema: &SchemaRef) -> Result<Option<Self::Item>, QueryError>;
+    fn batch(&mut self, batch: RecordBatch) -> Result<Option<Self::Item>, QueryError>;
+    /// Called once after the last batch.
+    fn finish(&mut self) -> Result<Option<Self::Item>, QueryError>;
+}
+
+/// The batches as they are.
+pub struct Batches;
+
+impl ResultSink for Batches {
+    type Item = RecordBatch;
+    fn start(&mut self, _: &SchemaRef) -> Result<Option<RecordBatch>, QueryError> {
+        Ok(None)
+    }
+    fn batch(&mut self, b: RecordBatch) -> Result<Option<RecordBatch>, QueryError> {
+        Ok(Some(b))
+    }
+    fn finish(&mut self) -> Result<Option<RecordBatch>, QueryError> {
+        Ok(None)
+    }
 }
 
 /// The SQL engine of one store. Cheap to clone; share it between
@@ -130,6 +230,7 @@ impl QueryEngine {
             .with_query_planner(Arc::new(asof::TickQueryPlanner::new(opts.timeout)))
             .build();
         let ctx = SessionContext::new_with_state(state);
+        let pool = pool::QueryPool::new(opts.threads, opts.concurrency, opts.queue_max)?;
         let mut tables = std::collections::HashMap::new();
         for t in &store.schema().tables {
             let provider = Arc::new(provider::TickTable::new(
@@ -146,6 +247,7 @@ impl QueryEngine {
         ctx.register_udtf(latest::NAME, Arc::new(latest::LatestFunc { tables }));
         udf::register(&ctx);
         asof::register(&ctx);
+        checked::install(&ctx, opts.memory_limit_bytes);
         // pg_catalog (pg_class, pg_attribute, ...) and the functions psql's
         // \d and \dt call; harmless to HTTP users, who may query it too.
         datafusion_postgres::datafusion_pg_catalog::setup_pg_catalog(
@@ -155,8 +257,61 @@ impl QueryEngine {
         )
         .map_err(|e| QueryError::Internal(format!("pg_catalog: {e}")))?;
         Ok(QueryEngine {
-            inner: Arc::new(Inner { ctx, opts, store }),
+            inner: Arc::new(Inner {
+                ctx,
+                opts,
+                store,
+                pool,
+                readiness: OnceLock::new(),
+            }),
         })
+    }
+
+    /// From now on every query first asks `r` whether the node is ready.
+    pub fn set_readiness(&self, r: Arc<dyn Readiness>) {
+        let _ = self.inner.readiness.set(r);
+    }
+
+    /// The query threads: fronts run their query work here.
+    pub fn runtime(&self) -> &tokio::runtime::Handle {
+        self.inner.pool.handle()
+    }
+
+    pub fn pool_stats(&self) -> PoolStats {
+        self.inner.pool.stats()
+    }
+
+    /// A context for one query: the engine's timeout, or `session_timeout`
+    /// when that is shorter (PostgreSQL's `statement_timeout`).
+    pub fn new_ctx(&self, session_timeout: Option<Duration>) -> QueryCtx {
+        let t = match session_timeout {
+            Some(s) if !s.is_zero() => s.min(self.inner.opts.timeout),
+            _ => self.inner.opts.timeout,
+        };
+        QueryCtx::new(t)
+    }
+
+    /// Waits (up to `ready_wait`, never past the deadline) until the node
+    /// is ready; refuses with how far loading has got otherwise.
+    pub async fn ready(&self, ctx: &QueryCtx) -> Result<(), QueryError> {
+        let Some(r) = self.inner.readiness.get() else {
+            return Ok(());
+        };
+        let until = (Instant::now() + self.inner.opts.ready_wait).min(ctx.deadline());
+        loop {
+            match r.check() {
+                Ok(()) => return Ok(()),
+                Err(why) if Instant::now() >= until => return Err(QueryError::NotReady(why)),
+                Err(_) => tokio::time::sleep(READY_POLL).await,
+            }
+        }
+    }
+
+    /// Readiness, then a turn in the pool: what every query goes through
+    /// before it is planned.
+    pub async fn enter(&self, ctx: &QueryCtx) -> Result<pool::Permit, QueryError> {
+        self.ready(ctx).await?;
+        self.inner.pool.admit(ctx).await
     }
 
     pub fn options(&self) -> &QueryOptions {
@@ -172,34 +327,63 @@ impl QueryEngine {
         &self.inner.ctx
     }
 
-    /// Parses, rewrites the tick extensions, and plans one read-only
-    /// statement.
-    pub async fn plan(&self, sql: &str) -> Result<DataFrame, QueryError> {
-        self.plan_df(sql).await.map_err(QueryError::from)
+    /// The session state one query plans and runs with: the engine's, with
+    /// the query's context attached for the physical planner.
+    fn state_for(&self, ctx: &QueryCtx) -> SessionState {
+        let mut state = self.inner.ctx.state();
+        state.config_mut().set_extension(Arc::new(ctx.clone()));
+        state
     }
 
-    /// Plans a statement parsed elsewhere (the pgwire front parses with
-    /// its Postgres-compatible parser) exactly as `plan` would.
+    /// Parses, rewrites the tick extensions, and plans one read-only
+    /// statement (no deadline: for tools and tests that only plan).
+    pub async fn plan(&self, sql: &str) -> Result<DataFrame, QueryError> {
+        let ctx = self.new_ctx(None);
+        limits::check_text(sql)?;
+        let state = self.state_for(&ctx);
+        let statement = Self::parse(&state, sql).map_err(QueryError::from)?;
+        limits::check_depth(&statement)?;
+        let plan = Self::logical(&state, statement)
+            .await
+            .map_err(QueryError::from)?;
+        Ok(DataFrame::new(state, plan))
+    }
+
+    /// Plans a statement parsed elsewhere (the pgwire front parses with its
+    /// Postgres-compatible parser) exactly as a query is, under `ctx`; the
+    /// caller runs the frame (its physical plan gets `ctx`'s checks).
     pub async fn plan_statement(
         &self,
         statement: datafusion::sql::sqlparser::ast::Statement,
+        ctx: &QueryCtx,
     ) -> Result<DataFrame, QueryError> {
         let statement = datafusion::sql::parser::Statement::Statement(Box::new(statement));
-        self.plan_parsed(statement).await.map_err(QueryError::from)
+        limits::check_depth(&statement)?;
+        let state = self.state_for(ctx);
+        let plan = Self::logical(&state, statement)
+            .await
+            .map_err(|e| self.error(e, "", ctx))?;
+        Ok(DataFrame::new(state, plan))
     }
 
-    async fn plan_df(&self, sql: &str) -> Result<DataFrame, DataFusionError> {
-        let state = self.inner.ctx.state();
+    /// A frame over an already planned (and checked) logical plan, under
+    /// `ctx`: the pgwire front's prepared statements.
+    pub fn frame(&self, plan: LogicalPlan, ctx: &QueryCtx) -> DataFrame {
+        DataFrame::new(self.state_for(ctx), plan)
+    }
+
+    fn parse(
+        state: &SessionState,
+        sql: &str,
+    ) -> Result<datafusion::sql::parser::Statement, DataFusionError> {
         let dialect = state.config().options().sql_parser.dialect;
-        let statement = state.sql_to_statement(sql, &dialect)?;
-        self.plan_parsed(statement).await
+        state.sql_to_statement(sql, &dialect)
     }
 
-    async fn plan_parsed(
-        &self,
+    async fn logical(
+        state: &SessionState,
         mut statement: datafusion::sql::parser::Statement,
-    ) -> Result<DataFrame, DataFusionError> {
-        let state = self.inner.ctx.state();
+    ) -> Result<LogicalPlan, DataFusionError> {
         asof::rewrite(&mut statement)?;
         let plan = state.statement_to_plan(statement).await?;
         SQLOptions::new()
@@ -207,74 +391,143 @@ impl QueryEngine {
             .with_allow_dml(false)
             .with_allow_statements(false)
             .verify_plan(&plan)?;
-        self.inner.ctx.execute_logical_plan(plan).await
+        Ok(plan)
     }
 
-    /// Plans a statement into a physical plan; the engine's query planner
-    /// wraps every node in a deadline check (`deadline`), whichever front
-    /// (HTTP, pgwire) asked for the plan.
-    async fn physical(
+    fn error(&self, e: DataFusionError, sql: &str, ctx: &QueryCtx) -> QueryError {
+        match deadline::stop_of(&e) {
+            Some(context::Stop::Deadline) => QueryError::Timeout(ctx.timeout()),
+            Some(context::Stop::Cancelled) => QueryError::Cancelled,
+            None => error::with_sql(e.into(), sql),
+        }
+    }
+
+    /// Everything up to the first batch: readiness, a turn, the limits on
+    /// the statement, planning, and the start of execution. Runs on the
+    /// query threads.
+    async fn start(
         &self,
         sql: &str,
-    ) -> Result<(Arc<dyn ExecutionPlan>, Arc<TaskContext>), DataFusionError> {
-        let df = self.plan_df(sql).await?;
-        let (state, logical) = df.into_parts();
-        let plan = state.create_physical_plan(&logical).await?;
-        Ok((plan, Arc::new(TaskContext::from(&state))))
+        ctx: &QueryCtx,
+    ) -> Result<(SendableRecordBatchStream, pool::Permit), QueryError> {
+        let permit = self.enter(ctx).await?;
+        limits::check_text(sql)?;
+        let state = self.state_for(ctx);
+        let statement = Self::parse(&state, sql).map_err(|e| self.error(e, sql, ctx))?;
+        limits::check_depth(&statement)?;
+        let plan = Self::logical(&state, statement)
+            .await
+            .map_err(|e| self.error(e, sql, ctx))?;
+        let physical = state
+            .create_physical_plan(&plan)
+            .await
+            .map_err(|e| self.error(e, sql, ctx))?;
+        let task = Arc::new(TaskContext::from(&state));
+        let stream = datafusion::physical_plan::execute_stream(physical, task)
+            .map_err(|e| self.error(e, sql, ctx))?;
+        Ok((stream, permit))
     }
 
-    fn error(&self, e: DataFusionError, sql: &str) -> QueryError {
-        if deadline::is_deadline(&e) {
-            return QueryError::Timeout(self.inner.opts.timeout);
-        }
-        error::with_sql(e.into(), sql)
-    }
-
-    /// Runs a query to completion under the time and memory limits.
+    /// Runs a query to completion under its limits (the engine's timeout).
     pub async fn query(&self, sql: &str) -> Result<QueryResult, QueryError> {
-        let timeout = self.inner.opts.timeout;
-        let run = async {
-            let (plan, task) = self.physical(sql).await?;
-            let schema = plan.schema();
-            let batches = datafusion::physical_plan::collect(plan, task).await?;
-            Ok::<_, DataFusionError>((schema, batches))
-        };
-        // The outer timeout is a backstop; the plan's own deadline checks
-        // are what stop a busy query.
-        match tokio::time::timeout(timeout + DEADLINE_GRACE, run).await {
-            Err(_) => Err(QueryError::Timeout(timeout)),
-            Ok(Err(e)) => Err(self.error(e, sql)),
-            Ok(Ok((schema, batches))) => Ok(QueryResult {
-                query: sql.to_string(),
+        self.query_with(sql, self.new_ctx(None)).await
+    }
+
+    /// Runs a query to completion under `ctx`.
+    pub async fn query_with(&self, sql: &str, ctx: QueryCtx) -> Result<QueryResult, QueryError> {
+        let mut s = self.stream(sql, ctx).await?;
+        let schema = s.schema().clone();
+        let mut batches = Vec::new();
+        while let Some(b) = s.next().await {
+            batches.push(b?);
+        }
+        Ok(QueryResult {
+            query: sql.to_string(),
+            schema,
+            batches,
+        })
+    }
+
+    /// Starts a query on the query threads and returns its batches as they
+    /// come, `RESULT_BATCHES_AHEAD` at most computed ahead of the reader.
+    /// Errors before the first batch (not ready, busy, syntax, plan) are
+    /// returned here; later ones end the stream.
+    pub async fn stream(&self, sql: &str, ctx: QueryCtx) -> Result<ResultStream, QueryError> {
+        self.stream_into(sql, ctx, Batches).await
+    }
+
+    /// `stream`, with each batch turned into `sink`'s items on the query
+    /// threads (HTTP encodes there, so the I/O threads only copy bytes).
+    pub async fn stream_into<S: ResultSink>(
+        &self,
+        sql: &str,
+        ctx: QueryCtx,
+        mut sink: S,
+    ) -> Result<ResultStream<S::Item>, QueryError> {
+        let (started_tx, started_rx) = oneshot::channel::<Result<SchemaRef, QueryError>>();
+        let (tx, rx) = mpsc::channel::<Result<S::Item, QueryError>>(RESULT_BATCHES_AHEAD);
+        let cancel = ctx.cancel_on_drop();
+        let engine = self.clone();
+        let (sql_owned, task_ctx) = (sql.to_string(), ctx.clone());
+        self.inner.pool.handle().spawn(async move {
+            let (sql, ctx) = (sql_owned, task_ctx);
+            let (mut stream, _permit) = match engine.start(&sql, &ctx).await {
+                Ok(s) => s,
+                Err(e) => {
+                    let _ = started_tx.send(Err(e));
+                    return;
+                }
+            };
+            let schema = stream.schema();
+            let head = sink.start(&schema);
+            if started_tx.send(Ok(schema)).is_err() {
+                return;
+            }
+            let send = |item: Result<Option<S::Item>, QueryError>| {
+                let tx = tx.clone();
+                async move {
+                    match item {
+                        Ok(None) => true,
+                        Ok(Some(v)) => tx.send(Ok(v)).await.is_ok(),
+                        Err(e) => {
+                            let _ = tx.send(Err(e)).await;
+                            false
+                        }
+                    }
+                }
+            };
+            if !send(head).await {
+                return;
+            }
+            while let Some(item) = stream.next().await {
+                let item = match item {
+                    Ok(b) => sink.batch(b),
+                    Err(e) => Err(engine.error(e, &sql, &ctx)),
+                };
+                if !send(item).await {
+                    return;
+                }
+            }
+            let _ = send(sink.finish()).await;
+        });
+        let until = ctx.deadline() + DEADLINE_GRACE;
+        match tokio::time::timeout_at(until.into(), started_rx).await {
+            Err(_) => Err(QueryError::Timeout(ctx.timeout())),
+            Ok(Err(_)) => Err(QueryError::Internal(
+                "the query ended without an answer".into(),
+            )),
+            Ok(Ok(Err(e))) => Err(e),
+            Ok(Ok(Ok(schema))) => Ok(ResultStream {
                 schema,
-                batches,
+                rx,
+                ctx,
+                _cancel: cancel,
             }),
         }
     }
 
-    /// Plans a query and returns its batches as a stream. The time limit
-    /// covers planning and the whole stream: once it passes, the stream
-    /// ends with an error whose text contains `deadline::DEADLINE_MESSAGE`
-    /// (`QueryEngine::classify` turns it into `QueryError::Timeout`).
-    pub async fn stream(
-        &self,
-        sql: &str,
-    ) -> Result<(SchemaRef, SendableRecordBatchStream), QueryError> {
-        let timeout = self.inner.opts.timeout;
-        let planned = async {
-            let (plan, task) = self.physical(sql).await?;
-            datafusion::physical_plan::execute_stream(plan, task)
-        };
-        let stream = match tokio::time::timeout(timeout + DEADLINE_GRACE, planned).await {
-            Err(_) => return Err(QueryError::Timeout(timeout)),
-            Ok(Err(e)) => return Err(self.error(e, sql)),
-            Ok(Ok(s)) => s,
-        };
-        Ok((stream.schema(), stream))
-    }
-
-    /// Maps an error from a `stream` to the engine's error classes.
-    pub fn classify(&self, e: DataFusionError, sql: &str) -> QueryError {
-        self.error(e, sql)
+    /// Maps an error from a query's plan to the engine's error classes.
+    pub fn classify(&self, e: DataFusionError, sql: &str, ctx: &QueryCtx) -> QueryError {
+        self.error(e, sql, ctx)
     }
 }

@@ -1,0 +1,856 @@
+//! The PostgreSQL wire protocol front of the engine, on `pgwire` and
+//! `datafusion-postgres`, so that psql, psycopg, JDBC and pandas talk to an
+//! RDB unchanged.
+//!
+//! What is ours and what is borrowed:
+//! - `datafusion-postgres` brings the Arrow → Postgres type mapping,
+//!   `SET`/`SHOW`/transaction statements and the `pg_catalog` tables psql's
+//!   `\d` and `\dt` query; `pgwire` the message codec and handling.
+//! - `connection` is the per-connection loop: message size bound, startup
+//!   and idle-session timeouts, registration for cancel requests.
+//! - `TickHook` plans every other statement through `QueryEngine`, so pgwire
+//!   gets exactly what HTTP gets: readiness, admission, the statement
+//!   limits, the ASOF JOIN rewrite, read-only checks, and the time and
+//!   memory limits, with the session's `statement_timeout` when shorter.
+//! - `TickErrors` turns DataFusion errors into Postgres errors with a
+//!   SQLSTATE a client can branch on and the position in the message.
+//! - `TickStartup` is password authentication (MD5, which psql, psycopg and
+//!   JDBC all speak) unless the operator explicitly turned it off.
+//!
+//! Everything here runs on the engine's query threads (`serve` is spawned
+//! there), so a PostgreSQL client never occupies the ingest threads.
+
+mod cancel;
+mod connection;
+mod framing;
+
+pub use connection::ConnLimits;
+
+use crate::context::{QueryCtx, CURRENT_QUERY};
+use crate::{QueryEngine, QueryError};
+use async_trait::async_trait;
+use cancel::{Connections, SlotRef, TickCancel};
+use datafusion::common::ParamValues;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::prelude::SessionContext;
+use datafusion::sql::sqlparser::ast::Statement;
+use datafusion::sql::sqlparser::parser::ParserError;
+use datafusion_postgres::arrow_pg::datatypes::df::encode_dataframe;
+use datafusion_postgres::hooks::cursor::CursorStatementHook;
+use datafusion_postgres::hooks::set_show::SetShowHook;
+use datafusion_postgres::hooks::transactions::TransactionStatementHook;
+use datafusion_postgres::hooks::HookClient;
+use datafusion_postgres::pgwire;
+use datafusion_postgres::{DfSessionService, QueryHook};
+use futures::Sink;
+use pgwire::api::auth::md5pass::{hash_md5_password, Md5PasswordAuthStartupHandler};
+use pgwire::api::auth::noop::NoopStartupHandler;
+use pgwire::api::auth::{
+    AuthSource, DefaultServerParameterProvider, LoginInfo, Password, StartupHandler,
+};
+use pgwire::api::portal::{Format, Portal};
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::results::QueryResponse;
+use pgwire::api::results::{FieldInfo, Response};
+use pgwire::api::stmt::QueryParser;
+use pgwire::api::store::PortalStore;
+use pgwire::api::{ClientInfo, ClientPortalStore, ErrorHandler, Type};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+use pgwire::types::format::FormatOptions;
+use std::fmt::Debug;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+/// Default credentials (documented in docs/sql.md and `--help`).
+pub const PG_USER_DEFAULT: &str = "tickdb";
+pub const PG_PASSWORD_DEFAULT: &str = "tickdb";
+
+/// How clients authenticate.
+#[derive(Debug, Clone)]
+pub enum PgAuth {
+    /// MD5 password authentication for one user.
+    Password { user: String, password: String },
+    /// No authentication at all (`--pg-no-auth`).
+    Trust,
+}
+
+/// Connections the PostgreSQL port serves at once, by default; more are
+/// refused with SQLSTATE 53300.
+pub const PG_CONNECTIONS_MAX_DEFAULT: usize = 256;
+/// Time a new connection has to authenticate, by default.
+pub const PG_STARTUP_TIMEOUT_S_DEFAULT: u64 = 10;
+/// Time a session may sit idle between queries, by default (PostgreSQL's
+/// `idle_session_timeout`); zero turns it off.
+pub const PG_IDLE_TIMEOUT_S_DEFAULT: u64 = 3600;
+/// Largest protocol message accepted, by default. A statement is bounded
+/// at `limits::QUERY_TEXT_BYTES_MAX` anyway; this also bounds bind
+/// parameters and what one connection may make the server buffer.
+pub const PG_MESSAGE_BYTES_MAX_DEFAULT: usize = 8 * 1024 * 1024;
+
+/// How the PostgreSQL port serves.
+#[derive(Debug, Clone)]
+pub struct PgOptions {
+    pub auth: PgAuth,
+    pub connections_max: usize,
+    pub limits: ConnLimits,
+}
+
+impl PgOptions {
+    pub fn new(auth: PgAuth) -> PgOptions {
+        PgOptions {
+            auth,
+            connections_max: PG_CONNECTIONS_MAX_DEFAULT,
+            limits: ConnLimits {
+                startup_timeout: std::time::Duration::from_secs(PG_STARTUP_TIMEOUT_S_DEFAULT),
+                idle_timeout: std::time::Duration::from_secs(PG_IDLE_TIMEOUT_S_DEFAULT),
+                message_bytes_max: PG_MESSAGE_BYTES_MAX_DEFAULT,
+            },
+        }
+    }
+}
+
+/// Serves the PostgreSQL protocol on `listener` until the task is dropped.
+/// Spawn it on the engine's query threads (`QueryEngine::runtime`); the
+/// listener is registered there.
+pub async fn serve(listener: std::net::TcpListener, engine: QueryEngine, opts: PgOptions) {
+    let listener = match TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!("pgwire: cannot use the listener: {e}");
+            return;
+        }
+    };
+    let connections = Arc::new(Connections::default());
+    let handlers = Arc::new(TickPgHandlers::new(
+        engine,
+        opts.auth.clone(),
+        connections.clone(),
+    ));
+    let open = Arc::new(tokio::sync::Semaphore::new(opts.connections_max.max(1)));
+    loop {
+        match listener.accept().await {
+            Ok((socket, peer)) => {
+                let _ = socket.set_nodelay(true);
+                let Ok(permit) = open.clone().try_acquire_owned() else {
+                    tracing::warn!(
+                        "pgwire: refusing {peer}: {} connections open (--pg-connections-max)",
+                        opts.connections_max
+                    );
+                    tokio::spawn(refuse(socket, opts.connections_max));
+                    continue;
+                };
+                let (h, c, limits) = (handlers.clone(), connections.clone(), opts.limits.clone());
+                tokio::spawn(async move {
+                    if let Err(e) = connection::run(socket, h, c, limits).await {
+                        tracing::debug!("pgwire connection {peer}: {e}");
+                    }
+                    drop(permit);
+                });
+            }
+            Err(e) => {
+                // Out of file descriptors and the like: say so, back off,
+                // keep serving the connections that exist.
+                tracing::warn!("pgwire accept: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// Answers a connection over the limit the way PostgreSQL does: an
+/// ErrorResponse with SQLSTATE 53300 in place of the startup reply.
+async fn refuse(mut socket: tokio::net::TcpStream, max: usize) {
+    use tokio::io::AsyncWriteExt;
+    let msg = format!("sorry, too many clients already ({max} connections, --pg-connections-max)");
+    let mut body = Vec::new();
+    for (code, text) in [
+        (b'S', "FATAL"),
+        (b'V', "FATAL"),
+        (b'C', "53300"),
+        (b'M', msg.as_str()),
+    ] {
+        body.push(code);
+        body.extend_from_slice(text.as_bytes());
+        body.push(0);
+    }
+    body.push(0);
+    let mut frame = vec![b'E'];
+    frame.extend(((body.len() + 4) as i32).to_be_bytes());
+    frame.extend(body);
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), socket.write_all(&frame)).await;
+}
+
+struct TickPgHandlers {
+    service: Arc<DfSessionService>,
+    auth: PgAuth,
+    engine: QueryEngine,
+    connections: Arc<Connections>,
+}
+
+type DfStatement = (String, Option<(Statement, LogicalPlan)>);
+
+impl TickPgHandlers {
+    fn new(engine: QueryEngine, auth: PgAuth, connections: Arc<Connections>) -> Self {
+        let ctx = Arc::new(engine.session().clone());
+        // The library's own statement hooks first (they answer SET, SHOW,
+        // BEGIN/COMMIT and cursors without planning), then ours for the
+        // rest, so nothing reaches the library's unrestricted default path.
+        let hooks: Vec<Arc<dyn QueryHook>> = vec![
+            Arc::new(StatementTimeoutHook),
+            Arc::new(SetShowHook),
+            Arc::new(TransactionStatementHook),
+            Arc::new(CursorStatementHook),
+            Arc::new(TickHook {
+                engine: engine.clone(),
+            }),
+        ];
+        TickPgHandlers {
+            service: Arc::new(DfSessionService::new_with_hooks(ctx, hooks)),
+            auth,
+            engine,
+            connections,
+        }
+    }
+}
+
+/// The handlers of one connection, by their concrete types (the
+/// connection loop needs the extended handler's statement type).
+impl TickPgHandlers {
+    fn queries(&self) -> Arc<WithPositions> {
+        Arc::new(WithPositions {
+            inner: self.service.clone(),
+            engine: self.engine.clone(),
+            parser: Arc::new(TickParser {
+                inner: self.service.query_parser(),
+            }),
+        })
+    }
+
+    /// Called once per connection: the MD5 handler keeps the connection's
+    /// expected hash between its two messages, so it must not be shared.
+    fn startup(&self) -> Arc<TickStartup> {
+        Arc::new(match &self.auth {
+            PgAuth::Trust => TickStartup::Trust(TrustStartup),
+            PgAuth::Password { user, password } => {
+                TickStartup::Md5(Box::new(Md5PasswordAuthStartupHandler::new(
+                    Arc::new(OneUser {
+                        user: user.clone(),
+                        password: password.clone(),
+                    }),
+                    Arc::new(DefaultServerParameterProvider::default()),
+                )))
+            }
+        })
+    }
+
+    fn errors(&self) -> Arc<TickErrors> {
+        Arc::new(TickErrors {
+            timeout: self.engine.options().timeout,
+        })
+    }
+
+    fn cancel(&self) -> Arc<TickCancel> {
+        Arc::new(TickCancel {
+            connections: self.connections.clone(),
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Statements
+// ---------------------------------------------------------------------------
+
+struct TickHook {
+    engine: QueryEngine,
+}
+
+/// The client's `statement_timeout` (milliseconds in the session's
+/// metadata, where `datafusion-postgres`'s `SHOW` reads it too).
+const STATEMENT_TIMEOUT_KEY: &str = "statement_timeout_ms";
+
+fn statement_timeout<C: ClientInfo + ?Sized>(client: &C) -> Option<Duration> {
+    client
+        .metadata()
+        .get(STATEMENT_TIMEOUT_KEY)
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+        .map(Duration::from_millis)
+}
+
+/// A context for the statement a client is about to run, recorded as its
+/// connection's current query so a cancel request can reach it.
+fn start_query<C: ClientInfo + ?Sized>(engine: &QueryEngine, client: &C) -> QueryCtx {
+    let ctx = engine.new_ctx(statement_timeout(client));
+    if let Some(slot) = client.session_extensions().get::<SlotRef>() {
+        slot.0.start(&ctx);
+    }
+    ctx
+}
+
+#[async_trait]
+impl QueryHook for TickHook {
+    async fn handle_simple_query(
+        &self,
+        statement: &Statement,
+        _session: &SessionContext,
+        client: &mut dyn HookClient,
+    ) -> Option<PgWireResult<Response>> {
+        let ctx = start_query(&self.engine, client);
+        let permit = match self.engine.enter(&ctx).await {
+            Ok(p) => p,
+            Err(e) => return Some(Err(pg_error(&e))),
+        };
+        let df = match self.engine.plan_statement(statement.clone(), &ctx).await {
+            Ok(df) => df,
+            Err(e) => return Some(Err(pg_error(&e))),
+        };
+        let opts = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
+        Some(
+            encode_dataframe(df, &Format::UnifiedText, Some(opts))
+                .await
+                .map(|r| Response::Query(guarded(r, permit, ctx.clone())))
+                .map_err(|e| classify(e, &ctx)),
+        )
+    }
+
+    async fn handle_extended_parse_query(
+        &self,
+        statement: &Statement,
+        _session: &SessionContext,
+        _client: &(dyn ClientInfo + Send + Sync),
+    ) -> Option<PgWireResult<LogicalPlan>> {
+        // Planning only: the statement's own context starts at Execute.
+        let ctx = self.engine.new_ctx(None);
+        Some(
+            self.engine
+                .plan_statement(statement.clone(), &ctx)
+                .await
+                .map(|df| df.into_parts().1)
+                .map_err(|e| pg_error(&e)),
+        )
+    }
+
+    /// Execution of a prepared plan stays with the library, which binds
+    /// the parameters and honours the result formats the client asked
+    /// for; the plan it runs is ours (rewritten and checked at parse), and
+    /// `WithPositions` runs it inside the statement's context (readiness,
+    /// admission, deadline, cancel).
+    async fn handle_extended_query(
+        &self,
+        _statement: &Statement,
+        _plan: &LogicalPlan,
+        _params: &ParamValues,
+        _session: &SessionContext,
+        _client: &mut dyn HookClient,
+    ) -> Option<PgWireResult<Response>> {
+        None
+    }
+}
+
+/// `SET statement_timeout`, checked: PostgreSQL's units (`us`, `ms`, `s`,
+/// `min`, `h`, `d`; a bare number is milliseconds), `0` or `DEFAULT` for
+/// none, and a clear error for anything else (the library's own handler
+/// accepted any text and then applied no timeout).
+struct StatementTimeoutHook;
+
+/// Parses a `statement_timeout` value into milliseconds (0 = none).
+fn parse_timeout_ms(text: &str) -> Option<u64> {
+    let t = text.trim().trim_matches(|c| c == '\'' || c == '"').trim();
+    if t.eq_ignore_ascii_case("default") {
+        return Some(0);
+    }
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().ok()?;
+    let ms = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "ms" => n,
+        "us" => n / 1000.0,
+        "s" => n * 1000.0,
+        "min" => n * 60_000.0,
+        "h" => n * 3_600_000.0,
+        "d" => n * 86_400_000.0,
+        _ => return None,
+    };
+    if !ms.is_finite() || ms < 0.0 || ms > u64::MAX as f64 {
+        return None;
+    }
+    // PostgreSQL rounds a positive fraction of a millisecond up to 1 ms.
+    Some(if ms > 0.0 { ms.ceil() as u64 } else { 0 })
+}
+
+#[async_trait]
+impl QueryHook for StatementTimeoutHook {
+    async fn handle_simple_query(
+        &self,
+        statement: &Statement,
+        _session: &SessionContext,
+        client: &mut dyn HookClient,
+    ) -> Option<PgWireResult<Response>> {
+        use datafusion::sql::sqlparser::ast::Set;
+        let Statement::Set(Set::SingleAssignment {
+            variable, values, ..
+        }) = statement
+        else {
+            return None;
+        };
+        if !variable
+            .to_string()
+            .eq_ignore_ascii_case("statement_timeout")
+        {
+            return None;
+        }
+        let text = values
+            .iter()
+            .map(|v| v.to_string())
+            .collect::<Vec<_>>()
+            .join(" ");
+        match parse_timeout_ms(&text) {
+            Some(0) => {
+                client.metadata_mut().remove(STATEMENT_TIMEOUT_KEY);
+            }
+            Some(ms) => {
+                client
+                    .metadata_mut()
+                    .insert(STATEMENT_TIMEOUT_KEY.to_string(), ms.to_string());
+            }
+            None => {
+                return Some(Err(PgWireError::UserError(Box::new(ErrorInfo::new(
+                    "ERROR".to_string(),
+                    "22023".to_string(),
+                    format!(
+                        "invalid value for parameter \"statement_timeout\": {text} \
+                         (a number of milliseconds, or with a unit: us, ms, s, min, h, d)"
+                    ),
+                )))))
+            }
+        }
+        Some(Ok(Response::Execution(pgwire::api::results::Tag::new(
+            "SET",
+        ))))
+    }
+
+    async fn handle_extended_parse_query(
+        &self,
+        statement: &Statement,
+        _session: &SessionContext,
+        _client: &(dyn ClientInfo + Send + Sync),
+    ) -> Option<PgWireResult<LogicalPlan>> {
+        use datafusion::sql::sqlparser::ast::Set;
+        match statement {
+            Statement::Set(Set::SingleAssignment { variable, .. })
+                if variable
+                    .to_string()
+                    .eq_ignore_ascii_case("statement_timeout") =>
+            {
+                Some(Ok(LogicalPlan::EmptyRelation(
+                    datafusion::logical_expr::EmptyRelation {
+                        produce_one_row: false,
+                        schema: Arc::new(datafusion::common::DFSchema::empty()),
+                    },
+                )))
+            }
+            _ => None,
+        }
+    }
+
+    async fn handle_extended_query(
+        &self,
+        statement: &Statement,
+        _plan: &LogicalPlan,
+        _params: &ParamValues,
+        session: &SessionContext,
+        client: &mut dyn HookClient,
+    ) -> Option<PgWireResult<Response>> {
+        self.handle_simple_query(statement, session, client).await
+    }
+}
+
+/// Time the row stream waits past a statement's deadline for the plan's own
+/// checks to end it cleanly, before it ends the stream itself.
+const ROWS_DEADLINE_GRACE: Duration = Duration::from_millis(500);
+
+/// A query's rows with its turn in the pool held until the last row is
+/// sent (or the stream dropped, which also cancels the query), errors
+/// classified, and the deadline kept even while one batch computes.
+fn guarded(resp: QueryResponse, permit: crate::pool::Permit, ctx: QueryCtx) -> QueryResponse {
+    let sleep = Box::pin(tokio::time::sleep_until(
+        (ctx.deadline() + ROWS_DEADLINE_GRACE).into(),
+    ));
+    let rows = GuardedRows {
+        rows: resp.data_rows,
+        _permit: permit,
+        _cancel: ctx.cancel_on_drop(),
+        ctx,
+        sleep,
+        done: false,
+    };
+    let mut out = QueryResponse::new(resp.row_schema, rows);
+    out.set_command_tag(&resp.command_tag);
+    out
+}
+
+struct GuardedRows {
+    rows: pgwire::api::results::SendableRowStream,
+    _permit: crate::pool::Permit,
+    _cancel: crate::context::CancelOnDrop,
+    ctx: QueryCtx,
+    sleep: std::pin::Pin<Box<tokio::time::Sleep>>,
+    done: bool,
+}
+
+impl futures::Stream for GuardedRows {
+    type Item = PgWireResult<pgwire::messages::data::DataRow>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use std::task::Poll;
+        if self.done {
+            return Poll::Ready(None);
+        }
+        match self.rows.as_mut().poll_next(cx) {
+            Poll::Ready(Some(Err(e))) => {
+                self.done = true;
+                let e = classify(e, &self.ctx);
+                Poll::Ready(Some(Err(e)))
+            }
+            Poll::Ready(other) => Poll::Ready(other),
+            // The timer is only polled while the rows wait.
+            Poll::Pending => match self.sleep.as_mut().poll(cx) {
+                Poll::Ready(()) => {
+                    self.done = true;
+                    self.ctx.cancel();
+                    Poll::Ready(Some(Err(pg_error(&QueryError::Timeout(
+                        self.ctx.timeout(),
+                    )))))
+                }
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+}
+
+/// A library error from a query's execution, classified under its context
+/// (the deadline named is the statement's own).
+fn classify(e: PgWireError, ctx: &QueryCtx) -> PgWireError {
+    match e {
+        PgWireError::ApiError(inner) => {
+            match inner.downcast::<datafusion::common::DataFusionError>() {
+                Ok(df) => {
+                    let q = match crate::deadline::stop_of(&df) {
+                        Some(crate::context::Stop::Deadline) => QueryError::Timeout(ctx.timeout()),
+                        Some(crate::context::Stop::Cancelled) => QueryError::Cancelled,
+                        None => QueryError::from(*df),
+                    };
+                    pg_error(&q)
+                }
+                Err(other) => PgWireError::ApiError(other),
+            }
+        }
+        other => other,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Syntax error positions
+// ---------------------------------------------------------------------------
+
+/// The library's handlers, with syntax errors given their position: its
+/// Postgres-compatibility parser rewrites tokens and loses their
+/// locations, so a failed parse is repeated with DataFusion's parser on
+/// the client's text, which knows where it failed.
+struct WithPositions {
+    inner: Arc<DfSessionService>,
+    engine: QueryEngine,
+    parser: Arc<TickParser>,
+}
+
+struct TickParser {
+    inner: Arc<datafusion_postgres::Parser>,
+}
+
+fn locate_syntax_error(sql: &str, e: PgWireError) -> PgWireError {
+    let PgWireError::ApiError(inner) = &e else {
+        return e;
+    };
+    let Some(original) = inner.downcast_ref::<ParserError>() else {
+        return e;
+    };
+    let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
+    let df = match datafusion::sql::parser::DFParser::parse_sql_with_dialect(sql, &dialect) {
+        Err(found) => found,
+        Ok(_) => datafusion::common::DataFusionError::SQL(Box::new(original.clone()), None),
+    };
+    let q = crate::error::with_sql(crate::error::from_df(df), sql);
+    pg_error_in(&q, Some(sql))
+}
+
+#[async_trait]
+impl QueryParser for TickParser {
+    type Statement = DfStatement;
+
+    async fn parse_sql<C>(
+        &self,
+        client: &C,
+        sql: &str,
+        types: &[Option<Type>],
+    ) -> PgWireResult<Option<Self::Statement>>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        check_limits(sql)?;
+        self.inner
+            .parse_sql(client, sql, types)
+            .await
+            .map_err(|e| locate_syntax_error(sql, e))
+    }
+
+    fn get_parameter_types(&self, stmt: &Self::Statement) -> PgWireResult<Vec<Type>> {
+        self.inner.get_parameter_types(stmt)
+    }
+
+    fn get_result_schema(
+        &self,
+        stmt: &Self::Statement,
+        column_format: Option<&Format>,
+    ) -> PgWireResult<Vec<FieldInfo>> {
+        self.inner.get_result_schema(stmt, column_format)
+    }
+}
+
+#[async_trait]
+impl SimpleQueryHandler for WithPositions {
+    async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        check_limits(query)?;
+        SimpleQueryHandler::do_query(self.inner.as_ref(), client, query)
+            .await
+            .map_err(|e| locate_syntax_error(query, e))
+    }
+}
+
+#[async_trait]
+impl ExtendedQueryHandler for WithPositions {
+    type Statement = DfStatement;
+    type QueryParser = TickParser;
+
+    fn query_parser(&self) -> Arc<Self::QueryParser> {
+        self.parser.clone()
+    }
+
+    async fn do_query<C>(
+        &self,
+        client: &mut C,
+        portal: &Portal<Self::Statement>,
+        max_rows: usize,
+    ) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        // The library binds the parameters and plans the execution; the
+        // physical planner finds this statement's context in the task.
+        let ctx = start_query(&self.engine, client);
+        let permit = self.engine.enter(&ctx).await.map_err(|e| pg_error(&e))?;
+        let run = ExtendedQueryHandler::do_query(self.inner.as_ref(), client, portal, max_rows);
+        match CURRENT_QUERY.scope(ctx.clone(), run).await {
+            Ok(Response::Query(q)) => Ok(Response::Query(guarded(q, permit, ctx))),
+            Ok(other) => Ok(other),
+            Err(e) => Err(classify(e, &ctx)),
+        }
+    }
+}
+
+/// The statement limits (`limits`), checked on the client's text before
+/// the library parses it: its parser and rewrites recurse as deep as the
+/// statement nests.
+fn check_limits(sql: &str) -> PgWireResult<()> {
+    crate::limits::check_sql(
+        sql,
+        &datafusion::sql::sqlparser::dialect::PostgreSqlDialect {},
+    )
+    .map_err(|e| pg_error(&e))
+}
+
+// ---------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------
+
+/// SQLSTATE of a query error class.
+pub fn sqlstate(e: &QueryError) -> &'static str {
+    match e {
+        QueryError::Syntax { .. } => "42601",
+        QueryError::Plan { message, .. } => {
+            if message.starts_with("table") && message.contains("not found") {
+                "42P01"
+            } else if message.starts_with("column") && message.contains("not found") {
+                "42703"
+            } else if message.starts_with("not supported") {
+                "0A000"
+            } else {
+                "42804"
+            }
+        }
+        QueryError::Timeout(_) | QueryError::Cancelled => "57014",
+        QueryError::ResourcesExhausted(_) => "53200",
+        QueryError::TooComplex(_) => "54001",
+        QueryError::Busy(_) => "53000",
+        QueryError::NotReady(_) => "57P03",
+        QueryError::Execution(_) => "22000",
+        QueryError::Internal(_) => "XX000",
+    }
+}
+
+/// A Postgres error for a query error: the message names the position as
+/// "at line L, column C" (the statement a hook sees is re-printed from the
+/// parse, so a character offset into the client's text would be wrong).
+pub fn pg_error(e: &QueryError) -> PgWireError {
+    pg_error_in(e, None)
+}
+
+/// With the client's SQL text the position also goes in the protocol's
+/// position field (psql then draws its `^` under the spot).
+fn pg_error_in(e: &QueryError, sql: Option<&str>) -> PgWireError {
+    let mut message = e.to_string();
+    let mut info = ErrorInfo::new("ERROR".to_string(), sqlstate(e).to_string(), String::new());
+    if let Some((line, col)) = e.position() {
+        message.push_str(&format!(" at line {line}, column {col}"));
+        if let Some(sql) = sql {
+            info.position = char_offset(sql, line, col).map(|o| o.to_string());
+        }
+    }
+    info.message = message;
+    PgWireError::UserError(Box::new(info))
+}
+
+/// 1-based character offset of a 1-based (line, column) in `sql`.
+fn char_offset(sql: &str, line: u64, col: u64) -> Option<usize> {
+    let mut offset = 0usize;
+    for (i, l) in sql.split('\n').enumerate() {
+        if i as u64 + 1 == line {
+            return Some(offset + col as usize);
+        }
+        offset += l.chars().count() + 1;
+    }
+    None
+}
+
+/// Rewrites the library's opaque errors (DataFusion's, the SQL parser's)
+/// into classified ones before they are sent.
+struct TickErrors {
+    /// The engine's time limit, named in timeout errors.
+    timeout: std::time::Duration,
+}
+
+impl ErrorHandler for TickErrors {
+    fn on_error<C>(&self, _client: &C, error: &mut PgWireError)
+    where
+        C: ClientInfo,
+    {
+        if let PgWireError::ApiError(inner) = error {
+            let classified =
+                if let Some(df) = inner.downcast_ref::<datafusion::common::DataFusionError>() {
+                    if crate::deadline::is_deadline(df) {
+                        *error = pg_error(&QueryError::Timeout(self.timeout));
+                        return;
+                    }
+                    // DataFusionError is not Clone; its message carries what the
+                    // classification needs once re-wrapped.
+                    Some(crate::error::from_df(reparse(df)))
+                } else {
+                    inner.downcast_ref::<ParserError>().map(|p| {
+                        crate::error::from_df(datafusion::common::DataFusionError::SQL(
+                            Box::new(p.clone()),
+                            None,
+                        ))
+                    })
+                };
+            if let Some(q) = classified {
+                *error = pg_error(&q);
+            }
+        }
+        tracing::debug!("pgwire error: {error}");
+    }
+}
+
+/// A classifiable copy of a DataFusion error seen by reference.
+fn reparse(e: &datafusion::common::DataFusionError) -> datafusion::common::DataFusionError {
+    use datafusion::common::DataFusionError as E;
+    let root = e.find_root();
+    let text = root.to_string();
+    match root {
+        E::ResourcesExhausted(m) => E::ResourcesExhausted(m.clone()),
+        E::Plan(m) => E::Plan(m.clone()),
+        E::NotImplemented(m) => E::NotImplemented(m.clone()),
+        E::Internal(m) => E::Internal(m.clone()),
+        E::SQL(p, _) => E::SQL(p.clone(), None),
+        _ => E::Execution(text),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Authentication
+// ---------------------------------------------------------------------------
+
+/// The one configured user's MD5 hash, salted per connection.
+#[derive(Debug)]
+struct OneUser {
+    user: String,
+    password: String,
+}
+
+#[async_trait]
+impl AuthSource for OneUser {
+    async fn get_password(&self, login: &LoginInfo) -> PgWireResult<Password> {
+        let user = login.user().unwrap_or_default();
+        if user != self.user {
+            // Same answer as a wrong password: no hint which users exist.
+            return Err(PgWireError::InvalidPassword(user.to_string()));
+        }
+        let salt: [u8; 4] = rand::random();
+        let hash = hash_md5_password(&self.user, &self.password, &salt);
+        Ok(Password::new(Some(salt.to_vec()), hash.into_bytes()))
+    }
+}
+
+struct TrustStartup;
+
+#[async_trait]
+impl NoopStartupHandler for TrustStartup {}
+
+enum TickStartup {
+    Trust(TrustStartup),
+    Md5(Box<Md5PasswordAuthStartupHandler<OneUser, DefaultServerParameterProvider>>),
+}
+
+#[async_trait]
+impl StartupHandler for TickStartup {
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        match self {
+            TickStartup::Trust(h) => h.on_startup(client, message).await,
+            TickStartup::Md5(h) => h.on_startup(client, message).await,
+        }
+    }
+}

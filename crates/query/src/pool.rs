@@ -1,0 +1,239 @@
+//! Where queries run, and how many at once.
+//!
+//! Queries get threads of their own: a tokio runtime separate from the one
+//! that parses ingest, journals, acknowledges and publishes, so no query
+//! can occupy the threads a write needs (kdb+ shops run the tickerplant
+//! apart from the query processes for the same reason). The query threads
+//! run at a lower scheduling priority (`QUERY_THREAD_NICE`), so on a busy
+//! machine the kernel gives the ingest threads the CPU first, and with
+//! large stacks, so deep (but accepted, see `limits`) statements plan
+//! without overflowing.
+//!
+//! Admission: at most `concurrency` queries run; up to `queue_max` more
+//! wait their turn (within their own deadline); beyond that a query is
+//! refused at once with a "busy" error instead of piling up.
+
+use crate::context::QueryCtx;
+use crate::QueryError;
+use serde::Serialize;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use tokio::runtime::{Handle, Runtime};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Stack of each query thread. Reserved address space, not memory: pages
+/// are touched only as deep as a plan really recurses.
+pub const QUERY_THREAD_STACK_BYTES: usize = 256 * 1024 * 1024;
+/// Scheduling priority of the query threads (nice value, 0..=19; higher
+/// is lower priority). Ingest threads keep the default 0.
+pub const QUERY_THREAD_NICE: i32 = 10;
+/// Queries that may run at once, by default.
+pub const QUERY_CONCURRENCY_DEFAULT: usize = 4;
+/// Queries that may wait for a turn, by default; more are refused as busy.
+pub const QUERY_QUEUE_MAX_DEFAULT: usize = 64;
+
+/// The query threads and the admission gate.
+pub struct QueryPool {
+    runtime: Option<Runtime>,
+    handle: Handle,
+    gate: Arc<Gate>,
+    threads: usize,
+}
+
+struct Gate {
+    running: Arc<Semaphore>,
+    concurrency: usize,
+    queue_max: usize,
+    waiting: AtomicUsize,
+    admitted: AtomicU64,
+    refused_busy: AtomicU64,
+    expired_waiting: AtomicU64,
+}
+
+/// What /status and /metrics report about the pool.
+#[derive(Debug, Clone, Serialize)]
+pub struct PoolStats {
+    pub threads: usize,
+    pub concurrency: usize,
+    pub queue_max: usize,
+    pub running: usize,
+    pub waiting: usize,
+    pub admitted_total: u64,
+    pub refused_busy_total: u64,
+    pub expired_waiting_total: u64,
+}
+
+/// A query's turn; the next waiting query runs when it is dropped.
+pub struct Permit {
+    _permit: OwnedSemaphorePermit,
+}
+
+impl QueryPool {
+    /// Starts `threads` query threads (at least one) admitting
+    /// `concurrency` queries at once with `queue_max` waiting.
+    pub fn new(threads: usize, concurrency: usize, queue_max: usize) -> Result<Self, QueryError> {
+        let threads = threads.max(1);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name("tickdb-query")
+            .thread_stack_size(QUERY_THREAD_STACK_BYTES)
+            .on_thread_start(lower_priority)
+            .enable_all()
+            .build()
+            .map_err(|e| QueryError::Internal(format!("starting the query threads: {e}")))?;
+        let handle = runtime.handle().clone();
+        let concurrency = concurrency.max(1);
+        Ok(QueryPool {
+            runtime: Some(runtime),
+            handle,
+            gate: Arc::new(Gate {
+                running: Arc::new(Semaphore::new(concurrency)),
+                concurrency,
+                queue_max,
+                waiting: AtomicUsize::new(0),
+                admitted: AtomicU64::new(0),
+                refused_busy: AtomicU64::new(0),
+                expired_waiting: AtomicU64::new(0),
+            }),
+            threads,
+        })
+    }
+
+    /// The query runtime: spawn query work here, never on the I/O threads.
+    pub fn handle(&self) -> &Handle {
+        &self.handle
+    }
+
+    /// Waits for a turn, until the query's deadline; refuses at once when
+    /// the queue is full.
+    pub async fn admit(&self, ctx: &QueryCtx) -> Result<Permit, QueryError> {
+        let g = &self.gate;
+        if let Ok(p) = g.running.clone().try_acquire_owned() {
+            g.admitted.fetch_add(1, Ordering::Relaxed);
+            return Ok(Permit { _permit: p });
+        }
+        if g.waiting.fetch_add(1, Ordering::AcqRel) >= g.queue_max {
+            g.waiting.fetch_sub(1, Ordering::AcqRel);
+            g.refused_busy.fetch_add(1, Ordering::Relaxed);
+            return Err(QueryError::Busy(format!(
+                "{} queries running and {} waiting, the most this node admits \
+                 (--query-concurrency, --query-queue-max); retry shortly",
+                g.concurrency, g.queue_max
+            )));
+        }
+        let waited = tokio::select! {
+            p = g.running.clone().acquire_owned() => Ok(p),
+            _ = tokio::time::sleep_until(ctx.deadline().into()) => Err(crate::context::Stop::Deadline),
+            _ = ctx.cancelled() => Err(crate::context::Stop::Cancelled),
+        };
+        g.waiting.fetch_sub(1, Ordering::AcqRel);
+        match waited {
+            Ok(Ok(p)) => {
+                g.admitted.fetch_add(1, Ordering::Relaxed);
+                Ok(Permit { _permit: p })
+            }
+            Ok(Err(_closed)) => Err(QueryError::Internal("the query pool is closed".into())),
+            Err(crate::context::Stop::Deadline) => {
+                g.expired_waiting.fetch_add(1, Ordering::Relaxed);
+                Err(QueryError::Timeout(ctx.timeout()))
+            }
+            Err(crate::context::Stop::Cancelled) => Err(QueryError::Cancelled),
+        }
+    }
+
+    pub fn stats(&self) -> PoolStats {
+        let g = &self.gate;
+        PoolStats {
+            threads: self.threads,
+            concurrency: g.concurrency,
+            queue_max: g.queue_max,
+            running: g.concurrency - g.running.available_permits(),
+            waiting: g.waiting.load(Ordering::Relaxed),
+            admitted_total: g.admitted.load(Ordering::Relaxed),
+            refused_busy_total: g.refused_busy.load(Ordering::Relaxed),
+            expired_waiting_total: g.expired_waiting.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for QueryPool {
+    /// A runtime may not be dropped from async code (an engine can be
+    /// dropped inside a test's runtime): let its threads wind down alone.
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// Lowers the calling thread's scheduling priority (Linux applies nice
+/// values per thread). Failing to is harmless: the thread keeps the
+/// default priority.
+fn lower_priority() {
+    // SAFETY: gettid and setpriority take no pointers and only change this
+    // thread's own scheduling attributes.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, QUERY_THREAD_NICE);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn admits_up_to_concurrency_queues_then_refuses() {
+        let pool = QueryPool::new(1, 2, 1).unwrap();
+        let ctx = QueryCtx::new(Duration::from_secs(5));
+        let a = pool.admit(&ctx).await.unwrap();
+        let _b = pool.admit(&ctx).await.unwrap();
+        assert_eq!(pool.stats().running, 2);
+        // The third waits; a fourth finds the queue full.
+        let pool = Arc::new(pool);
+        let waiter = {
+            let (pool, ctx) = (pool.clone(), ctx.clone());
+            tokio::spawn(async move { pool.admit(&ctx).await.map(|_| ()) })
+        };
+        while pool.stats().waiting == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let e = pool.admit(&ctx).await.err().unwrap();
+        assert!(matches!(e, QueryError::Busy(_)), "{e}");
+        assert_eq!(pool.stats().refused_busy_total, 1);
+        drop(a);
+        waiter.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_waiting_query_ends_at_its_deadline() {
+        let pool = QueryPool::new(1, 1, 4).unwrap();
+        let long = QueryCtx::new(Duration::from_secs(5));
+        let _held = pool.admit(&long).await.unwrap();
+        let short = QueryCtx::new(Duration::from_millis(50));
+        let e = pool.admit(&short).await.err().unwrap();
+        assert!(matches!(e, QueryError::Timeout(_)), "{e}");
+        assert_eq!(pool.stats().expired_waiting_total, 1);
+        assert_eq!(pool.stats().waiting, 0);
+    }
+
+    #[test]
+    fn query_threads_run_at_lower_priority() {
+        let pool = QueryPool::new(1, 1, 1).unwrap();
+        let nice = pool
+            .handle()
+            .block_on(async {
+                tokio::spawn(async {
+                    // SAFETY: reads this thread's own priority.
+                    unsafe {
+                        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+                        libc::getpriority(libc::PRIO_PROCESS, tid)
+                    }
+                })
+                .await
+            })
+            .unwrap();
+        assert!(nice >= QUERY_THREAD_NICE, "nice {nice}");
+    }
+}
