@@ -154,7 +154,14 @@ class Proc:
         deadline = time.monotonic() + timeout
         got = -1
         while time.monotonic() < deadline:
-            got = self.scalar(f"select count(*) from {table}")
+            r = requests.get(self.url + "/exec", params={"query": f"select count(*) from {table}"}, timeout=30)
+            # A node still loading (or, behind a shared rp, port, one member
+            # of several) says so with 503: not yet, try again.
+            if r.status_code == 503 and r.json().get("code") == "not_ready":
+                time.sleep(0.05)
+                continue
+            assert r.status_code == 200, f"/exec count({table}): {r.status_code} {r.text}"
+            got = r.json()["dataset"][0][0]
             if got >= n:
                 return got
             time.sleep(0.05)

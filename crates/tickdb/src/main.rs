@@ -1,15 +1,10 @@
 //! `tickdb`: one binary, a subcommand per role.
 
-mod cli;
 mod cmd_journal;
-mod demo_feed;
-mod embedded_rdb;
-mod http;
-mod persist;
-mod roles;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
+use tickdb_node::roles;
 
 #[derive(Parser, Debug)]
 #[command(

@@ -2,12 +2,14 @@
 //! start-up at once with one clear line), open the journal, start the
 //! servers, and stop cleanly on SIGINT/SIGTERM (final journal sync).
 
-use crate::cli::{FsyncArg, HotArgs, MemArgs, NetArgs, PgArgs, QueryArgs, SchemaArgs, TpArgs};
+use crate::config::{
+    FsyncArg, HotArgs, HttpArgs, MemArgs, NetArgs, PgArgs, QueryArgs, SchemaArgs, TpArgs,
+};
 use crate::http::{self, AppState};
+use crate::node::{Node, Role};
 use clap::Args;
 use std::net::IpAddr;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tickdb_core::domain::{Domain, Domains};
@@ -15,19 +17,21 @@ use tickdb_core::store::Store;
 use tickdb_core::Schema;
 use tickdb_journal::{FsyncPolicy, RecoveryMode};
 use tickdb_net::ListenSpec;
-use tickdb_query::{QueryEngine, QueryOptions};
+use tickdb_query::QueryEngine;
 use tickdb_rdb::remote::{self, Interest};
 use tickdb_tp::{Tickerplant, TpConfig};
 use tokio::net::TcpListener;
 
 #[derive(Args, Debug)]
-#[command(after_help = crate::cli::LISTEN_HELP)]
+#[command(after_help = crate::config::LISTEN_HELP)]
 pub struct UpArgs {
     #[command(flatten)]
     pub net: NetArgs,
     /// HTTP: /write (ILP), /exec (SQL), /status, /metrics, /health.
     #[arg(long, default_value = "8700", value_name = "[rp,]PORT", value_parser = |s: &str| ListenSpec::parse(s).map_err(|e| e.to_string()))]
     pub http_port: ListenSpec,
+    #[command(flatten)]
+    pub http: HttpArgs,
     /// PostgreSQL wire protocol (psql, psycopg, JDBC): SQL like /exec.
     #[arg(long, default_value = "8712", value_name = "[rp,]PORT", value_parser = |s: &str| ListenSpec::parse(s).map_err(|e| e.to_string()))]
     pub pg_port: ListenSpec,
@@ -56,7 +60,7 @@ pub struct UpArgs {
 }
 
 #[derive(Args, Debug)]
-#[command(after_help = crate::cli::LISTEN_HELP)]
+#[command(after_help = crate::config::LISTEN_HELP)]
 pub struct TpOnlyArgs {
     #[command(flatten)]
     pub net: NetArgs,
@@ -64,13 +68,15 @@ pub struct TpOnlyArgs {
     #[arg(long, default_value = "8700", value_name = "[rp,]PORT", value_parser = |s: &str| ListenSpec::parse(s).map_err(|e| e.to_string()))]
     pub http_port: ListenSpec,
     #[command(flatten)]
+    pub http: HttpArgs,
+    #[command(flatten)]
     pub tp: TpArgs,
     #[command(flatten)]
     pub schema: SchemaArgs,
 }
 
 #[derive(Args, Debug)]
-#[command(after_help = crate::cli::LISTEN_HELP)]
+#[command(after_help = crate::config::LISTEN_HELP)]
 pub struct RdbArgs {
     /// The tp's subscription address (its --tp-port).
     #[arg(long, value_name = "HOST:PORT")]
@@ -81,6 +87,8 @@ pub struct RdbArgs {
     /// several rdbs share one query port.
     #[arg(long, default_value = "8701", value_name = "[rp,]PORT", value_parser = |s: &str| ListenSpec::parse(s).map_err(|e| e.to_string()))]
     pub http_port: ListenSpec,
+    #[command(flatten)]
+    pub http: HttpArgs,
     /// PostgreSQL wire protocol (psql, psycopg, JDBC): SQL like /exec.
     #[arg(long, default_value = "8713", value_name = "[rp,]PORT", value_parser = |s: &str| ListenSpec::parse(s).map_err(|e| e.to_string()))]
     pub pg_port: ListenSpec,
@@ -184,21 +192,31 @@ pub(crate) fn make_store(schema: &Schema, mem: &MemArgs) -> Result<Arc<Store>, S
 }
 
 fn query_engine(store: Arc<Store>, q: &QueryArgs) -> Result<QueryEngine, String> {
-    QueryEngine::new(
-        store,
-        QueryOptions {
-            timeout: Duration::from_millis(q.query_timeout_ms),
-            memory_limit_bytes: q.query_memory_bytes,
-            ..QueryOptions::default()
-        },
-    )
-    .map_err(|e| e.to_string())
+    QueryEngine::new(store, q.options()).map_err(|e| e.to_string())
 }
 
-async fn serve_http(listener: TcpListener, state: AppState) {
-    if let Err(e) = axum::serve(listener, http::router(state)).await {
-        tracing::error!("HTTP server stopped: {e}");
-    }
+/// Starts the HTTP port for `node` at once: `/health` and `/status` answer
+/// during start-up, everything else says "not ready" until it is.
+fn start_http(listener: TcpListener, node: &Arc<Node>, http: &HttpArgs) {
+    let limits = http.limits();
+    let state = AppState {
+        node: node.clone(),
+        limits: limits.clone(),
+    };
+    tokio::spawn(crate::http_server::serve(
+        listener,
+        http::router(state),
+        limits,
+    ));
+}
+
+/// Serves PostgreSQL on the query threads.
+fn start_pg(listener: std::net::TcpListener, engine: &QueryEngine, pg: &PgArgs) {
+    engine.runtime().spawn(tickdb_query::pg::serve(
+        listener,
+        engine.clone(),
+        pg.options(),
+    ));
 }
 
 async fn shutdown_signal() {
@@ -215,38 +233,75 @@ async fn shutdown_signal() {
     }
 }
 
+/// Runs `f` on a blocking thread (a long open or reload), so the runtime
+/// keeps serving `/health` meanwhile.
+async fn blocking<T: Send + 'static>(
+    what: &str,
+    f: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(format!("{what} failed: {e}")))
+}
+
 pub async fn up(a: UpArgs) -> Result<(), String> {
     let (schema, toml) = load_schema(&a.schema)?;
     let http_l = bind(a.net.bind, &a.http_port, "HTTP").await?;
     let ilp_l = bind(a.net.bind, &a.tp.ilp_port, "ILP TCP").await?;
     let sub_l = bind(a.net.bind, &a.tp.tp_port, "tp subscriptions").await?;
-    let pg_l = bind(a.net.bind, &a.pg_port, "PostgreSQL").await?;
+    let pg_l =
+        tickdb_net::bind_tcp(a.net.bind, &a.pg_port, "PostgreSQL").map_err(|e| e.to_string())?;
     if a.trim_journal && a.hot.hot_restart.is_none() {
         return Err("--trim-journal needs --hot-restart: the journal may only be trimmed behind a durable checkpoint".into());
     }
+    let node = Node::new(Role::Up);
+    node.life
+        .starting("opening the journal and the Hot Restart store");
+    start_http(http_l, &node, &a.http);
     // The journal's recovery scan and the Hot Restart store's reload read
     // different directories and need each other only afterwards: a restart's
     // two longest reads run side by side.
-    let (hot, tp) = std::thread::scope(|s| {
-        let hot = std::thread::Builder::new()
-            .name("hot-restart-reload".into())
-            .spawn_scoped(s, || crate::persist::open(&a.hot));
-        let tp = open_tp(&a.tp, Arc::new(schema.clone()), toml.clone());
-        let hot = match hot {
-            Ok(h) => h
-                .join()
-                .unwrap_or_else(|_| Err("the Hot Restart reload thread panicked".into())),
-            Err(e) => Err(format!("spawning the Hot Restart reload thread: {e}")),
-        };
-        (hot, tp)
-    });
+    let (hot_args, tp_args, tp_schema, tp_toml) = (
+        a.hot.clone(),
+        a.tp.clone(),
+        Arc::new(schema.clone()),
+        toml.clone(),
+    );
+    let (hot, tp) = blocking("opening the journal", move || {
+        Ok(std::thread::scope(|s| {
+            let hot = std::thread::Builder::new()
+                .name("hot-restart-reload".into())
+                .spawn_scoped(s, || crate::persist::open(&hot_args));
+            let tp = open_tp(&tp_args, tp_schema, tp_toml);
+            let hot = match hot {
+                Ok(h) => h
+                    .join()
+                    .unwrap_or_else(|_| Err("the Hot Restart reload thread panicked".into())),
+                Err(e) => Err(format!("spawning the Hot Restart reload thread: {e}")),
+            };
+            (hot, tp)
+        }))
+    })
+    .await?;
     let hot = hot?;
     let tp = tp?;
     if let Some(h) = &hot {
         h.check_compatible(&schema, &[], &[], tp.seq())
             .map_err(|e| e.to_string())?;
     }
-    let rdb = crate::persist::rdb(hot, &schema, &toml, &a.mem, &[], &[])?;
+    // The tp is open: writes are journaled (and acknowledged) while the
+    // rdb below is still loading, as before.
+    node.set_tp(tp.clone());
+    tokio::spawn(tickdb_tp::ilp_tcp::serve(ilp_l, tp.clone()));
+    tokio::spawn(tickdb_tp::sub_server::serve(sub_l, tp.clone()));
+    node.life
+        .loading("restoring tables from the Hot Restart store", 0);
+    let (mem, schema2, toml2) = (a.mem.clone(), schema.clone(), toml.clone());
+    let rdb = blocking("restoring the rdb", move || {
+        crate::persist::rdb(hot, &schema2, &toml2, &mem, &[], &[])
+    })
+    .await?;
+    node.set_rdb(rdb.clone());
     let mut schedule = {
         let tp = tp.clone();
         let trim = a.trim_journal;
@@ -261,24 +316,15 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
         )?
     };
     let engine = query_engine(rdb.store().clone(), &a.query)?;
-    let ready = Arc::new(AtomicBool::new(false));
+    node.set_query(engine.clone());
+    start_pg(pg_l, &engine, &a.pg);
     let rdb_thread = {
-        let (tp, rdb, ready) = (tp.clone(), rdb.clone(), ready.clone());
+        let (tp, rdb, life) = (tp.clone(), rdb.clone(), node.life.clone());
         std::thread::Builder::new()
             .name("rdb-apply".into())
-            .spawn(move || crate::embedded_rdb::run(tp, rdb, ready))
+            .spawn(move || crate::embedded_rdb::run(tp, rdb, life))
             .map_err(|e| format!("spawning rdb thread: {e}"))?
     };
-    let state = AppState {
-        tp: Some(tp.clone()),
-        rdb: Some(rdb.clone()),
-        query: Some(engine.clone()),
-        ready: ready.clone(),
-    };
-    tokio::spawn(serve_http(http_l, state));
-    tokio::spawn(tickdb_tp::ilp_tcp::serve(ilp_l, tp.clone()));
-    tokio::spawn(tickdb_tp::sub_server::serve(sub_l, tp.clone()));
-    tokio::spawn(tickdb_query::pg::serve(pg_l, engine, a.pg.auth()));
     tracing::info!(
         "tickdb up: HTTP {}:{} (/write, /exec), ILP TCP {}, subscriptions {}, PostgreSQL {} ({}), data {}",
         a.net.bind,
@@ -291,15 +337,16 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
     );
     if let Some(rate) = a.demo_feed {
         let tp = tp.clone();
-        let ready = ready.clone();
+        let life = node.life.clone();
         tokio::spawn(async move {
-            while !ready.load(Ordering::Acquire) {
+            while !life.is_ready() {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             crate::demo_feed::run(tp, rate).await
         });
     }
     shutdown_signal().await;
+    node.life.stopping();
     tracing::info!("stopping: final journal sync");
     let tp2 = tp.clone();
     let _ = tokio::task::spawn_blocking(move || tp2.shutdown()).await;
@@ -316,14 +363,16 @@ pub async fn tp(a: TpOnlyArgs) -> Result<(), String> {
     let http_l = bind(a.net.bind, &a.http_port, "HTTP").await?;
     let ilp_l = bind(a.net.bind, &a.tp.ilp_port, "ILP TCP").await?;
     let sub_l = bind(a.net.bind, &a.tp.tp_port, "tp subscriptions").await?;
-    let tp = open_tp(&a.tp, Arc::new(schema), toml)?;
-    let state = AppState {
-        tp: Some(tp.clone()),
-        rdb: None,
-        query: None,
-        ready: Arc::new(AtomicBool::new(true)),
-    };
-    tokio::spawn(serve_http(http_l, state));
+    let node = Node::new(Role::Tp);
+    node.life.starting("opening the journal");
+    start_http(http_l, &node, &a.http);
+    let tp_args = a.tp.clone();
+    let tp = blocking("opening the journal", move || {
+        open_tp(&tp_args, Arc::new(schema), toml)
+    })
+    .await?;
+    node.set_tp(tp.clone());
+    node.life.ready();
     tokio::spawn(tickdb_tp::ilp_tcp::serve(ilp_l, tp.clone()));
     tokio::spawn(tickdb_tp::sub_server::serve(sub_l, tp.clone()));
     tracing::info!(
@@ -335,6 +384,7 @@ pub async fn tp(a: TpOnlyArgs) -> Result<(), String> {
         a.tp.data_dir.join("journal").display()
     );
     shutdown_signal().await;
+    node.life.stopping();
     tracing::info!("stopping: final journal sync");
     let _ = tokio::task::spawn_blocking(move || tp.shutdown()).await;
     Ok(())
@@ -342,14 +392,22 @@ pub async fn tp(a: TpOnlyArgs) -> Result<(), String> {
 
 pub async fn rdb(a: RdbArgs) -> Result<(), String> {
     let http_l = bind(a.net.bind, &a.http_port, "HTTP").await?;
-    let pg_l = bind(a.net.bind, &a.pg_port, "PostgreSQL").await?;
+    let pg_l =
+        tickdb_net::bind_tcp(a.net.bind, &a.pg_port, "PostgreSQL").map_err(|e| e.to_string())?;
     let interest = Interest {
         tables: a.tables.clone(),
         symbols: a.symbols.clone(),
     };
+    let node = Node::new(Role::Rdb);
+    node.life.starting("reloading the Hot Restart store");
+    start_http(http_l, &node, &a.http);
     // With a checkpoint in the Hot Restart store the rdb restores it and asks
     // the tp only for what came after.
-    let hot = crate::persist::open(&a.hot)?;
+    let hot_args = a.hot.clone();
+    let hot = blocking("reloading the Hot Restart store", move || {
+        crate::persist::open(&hot_args)
+    })
+    .await?;
     let from_seq = hot
         .as_ref()
         .and_then(|h| h.checkpoint_found())
@@ -357,6 +415,8 @@ pub async fn rdb(a: RdbArgs) -> Result<(), String> {
         .unwrap_or(1);
     // The tp's schema arrives with the subscription; keep trying until the
     // tp answers, saying so.
+    node.life
+        .starting(&format!("connecting to the tp at {}", a.tp));
     let mut delay = remote::RECONNECT_DELAY_MS_MIN;
     let first = loop {
         match remote::link(&a.tp, from_seq, &interest).await {
@@ -377,35 +437,46 @@ pub async fn rdb(a: RdbArgs) -> Result<(), String> {
         h.check_compatible(&schema, &a.tables, &a.symbols, first.current_seq)
             .map_err(|e| e.to_string())?;
     }
-    let rdb = crate::persist::rdb(
-        hot,
-        &schema,
-        &first.schema_toml,
-        &a.mem,
-        &a.tables,
-        &a.symbols,
-    )?;
+    node.life
+        .loading("restoring tables from the Hot Restart store", 0);
+    let (mem, tables, symbols, schema2, toml2) = (
+        a.mem.clone(),
+        a.tables.clone(),
+        a.symbols.clone(),
+        schema.clone(),
+        first.schema_toml.clone(),
+    );
+    let rdb = blocking("restoring the rdb", move || {
+        crate::persist::rdb(hot, &schema2, &toml2, &mem, &tables, &symbols)
+    })
+    .await?;
+    node.set_rdb(rdb.clone());
     let mut schedule = crate::persist::schedule(&rdb, &a.hot, Box::new(|_| {}))?;
     let engine = query_engine(rdb.store().clone(), &a.query)?;
-    let ready = Arc::new(AtomicBool::new(false));
+    node.set_query(engine.clone());
+    // Ready once caught up with the tp's sequence at subscription; until
+    // then every query path says how far catch-up has got.
     let target = first.current_seq;
+    let start = rdb.applied_seq();
+    node.life.loading(
+        &format!("catching up with the tp at {} (records)", a.tp),
+        target.saturating_sub(start),
+    );
     {
-        let (rdb, ready) = (rdb.clone(), ready.clone());
+        let (rdb, life) = (rdb.clone(), node.life.clone());
         tokio::spawn(async move {
-            while rdb.applied_seq() < target {
+            loop {
+                let applied = rdb.applied_seq();
+                life.progress(applied.saturating_sub(start));
+                if applied >= target {
+                    break;
+                }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            ready.store(true, Ordering::Release);
+            life.ready();
         });
     }
-    let state = AppState {
-        tp: None,
-        rdb: Some(rdb.clone()),
-        query: Some(engine.clone()),
-        ready,
-    };
-    tokio::spawn(serve_http(http_l, state));
-    tokio::spawn(tickdb_query::pg::serve(pg_l, engine, a.pg.auth()));
+    start_pg(pg_l, &engine, &a.pg);
     tracing::info!(
         "tickdb rdb: following tp {}, HTTP {}:{}, PostgreSQL {} ({})",
         a.tp,
@@ -430,6 +501,7 @@ pub async fn rdb(a: RdbArgs) -> Result<(), String> {
             Err(e) => Err(format!("rdb follower stopped: {e}")),
         },
     };
+    node.life.stopping();
     if let Some(s) = schedule.as_mut() {
         s.stop();
     }

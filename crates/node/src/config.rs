@@ -102,12 +102,72 @@ pub struct MemArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct QueryArgs {
-    /// A query running longer than this is stopped with an error.
-    #[arg(long, default_value_t = 30_000)]
+    /// A query running longer than this is stopped with an error (waiting
+    /// for a turn counts). A PostgreSQL session's statement_timeout may
+    /// make it shorter, never longer.
+    #[arg(long, default_value_t = 30_000, value_name = "MS")]
     pub query_timeout_ms: u64,
-    /// Memory one query may use for sorts, joins and aggregates, in bytes.
-    #[arg(long, default_value_t = 1 << 30)]
+    /// Memory queries may use, in bytes: what running queries hold for
+    /// sorts, joins and aggregates together, and the most one function
+    /// call (repeat, lpad, ||, ...) may build. Over it a query fails with
+    /// "out of memory"; nothing spills to disk.
+    #[arg(long, default_value_t = 1 << 30, value_name = "BYTES")]
     pub query_memory_bytes: usize,
+    /// Threads that run queries, apart from ingest (and at a lower
+    /// priority). Default: one per core.
+    #[arg(long, value_name = "N")]
+    pub query_threads: Option<usize>,
+    /// Queries that run at once; more wait for a turn.
+    #[arg(long, default_value_t = tickdb_query::pool::QUERY_CONCURRENCY_DEFAULT, value_name = "N")]
+    pub query_concurrency: usize,
+    /// Queries that may wait for a turn; beyond that a query is refused at
+    /// once as busy (HTTP 503, SQLSTATE 53000).
+    #[arg(long, default_value_t = tickdb_query::pool::QUERY_QUEUE_MAX_DEFAULT, value_name = "N")]
+    pub query_queue_max: usize,
+    /// How long a query arriving while the node loads (journal replay,
+    /// Hot Restart reload, catch-up) waits for it before it is refused as
+    /// not ready (HTTP 503, SQLSTATE 57P03). 0 refuses at once.
+    #[arg(long, default_value_t = 0, value_name = "MS")]
+    pub query_ready_wait_ms: u64,
+}
+
+impl QueryArgs {
+    pub fn options(&self) -> tickdb_query::QueryOptions {
+        let d = tickdb_query::QueryOptions::default();
+        tickdb_query::QueryOptions {
+            timeout: std::time::Duration::from_millis(self.query_timeout_ms),
+            memory_limit_bytes: self.query_memory_bytes,
+            threads: self.query_threads.unwrap_or(d.threads).max(1),
+            concurrency: self.query_concurrency.max(1),
+            queue_max: self.query_queue_max,
+            ready_wait: std::time::Duration::from_millis(self.query_ready_wait_ms),
+            ..d
+        }
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct HttpArgs {
+    /// HTTP connections served at once; more get 503 and are closed.
+    #[arg(long, default_value_t = crate::http_server::HTTP_CONNECTIONS_MAX_DEFAULT, value_name = "N")]
+    pub http_connections_max: usize,
+    /// Seconds a client has to send a request's head; also how long an
+    /// idle keep-alive connection is kept open.
+    #[arg(long, default_value_t = crate::http_server::HTTP_HEADER_TIMEOUT_S_DEFAULT, value_name = "SECONDS")]
+    pub http_header_timeout_s: u64,
+    /// Seconds a client has to send a request's body (408 after).
+    #[arg(long, default_value_t = crate::http_server::HTTP_BODY_TIMEOUT_S_DEFAULT, value_name = "SECONDS")]
+    pub http_body_timeout_s: u64,
+}
+
+impl HttpArgs {
+    pub fn limits(&self) -> crate::http_server::HttpLimits {
+        crate::http_server::HttpLimits {
+            connections_max: self.http_connections_max.max(1),
+            header_timeout: std::time::Duration::from_secs(self.http_header_timeout_s.max(1)),
+            body_timeout: std::time::Duration::from_secs(self.http_body_timeout_s.max(1)),
+        }
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -128,9 +188,35 @@ pub struct PgArgs {
     /// unless given; meant for loopback-only test setups.
     #[arg(long)]
     pub pg_no_auth: bool,
+    /// PostgreSQL connections served at once; more are refused (SQLSTATE
+    /// 53300, "too many clients").
+    #[arg(long, default_value_t = tickdb_query::pg::PG_CONNECTIONS_MAX_DEFAULT, value_name = "N")]
+    pub pg_connections_max: usize,
+    /// Seconds a new PostgreSQL connection has to authenticate.
+    #[arg(long, default_value_t = tickdb_query::pg::PG_STARTUP_TIMEOUT_S_DEFAULT, value_name = "SECONDS")]
+    pub pg_startup_timeout_s: u64,
+    /// Seconds a PostgreSQL session may sit idle between statements before
+    /// it is ended (FATAL 57P05, as PostgreSQL's idle_session_timeout). 0
+    /// keeps idle sessions forever.
+    #[arg(long, default_value_t = tickdb_query::pg::PG_IDLE_TIMEOUT_S_DEFAULT, value_name = "SECONDS")]
+    pub pg_idle_timeout_s: u64,
+    /// Largest PostgreSQL protocol message accepted, in bytes; a larger one
+    /// ends the connection (SQLSTATE 54000) before it is buffered.
+    #[arg(long, default_value_t = tickdb_query::pg::PG_MESSAGE_BYTES_MAX_DEFAULT, value_name = "BYTES")]
+    pub pg_message_bytes_max: usize,
 }
 
 impl PgArgs {
+    pub fn options(&self) -> tickdb_query::pg::PgOptions {
+        let mut o = tickdb_query::pg::PgOptions::new(self.auth());
+        o.connections_max = self.pg_connections_max.max(1);
+        o.limits.startup_timeout = std::time::Duration::from_secs(self.pg_startup_timeout_s.max(1));
+        o.limits.idle_timeout = std::time::Duration::from_secs(self.pg_idle_timeout_s);
+        // Below a few KB not even psql's catalog queries fit.
+        o.limits.message_bytes_max = self.pg_message_bytes_max.max(64 * 1024);
+        o
+    }
+
     pub fn auth(&self) -> tickdb_query::pg::PgAuth {
         if self.pg_no_auth {
             tickdb_query::pg::PgAuth::Trust

@@ -3,14 +3,17 @@
 //! subscription, then applies live updates. If it is ever cut off as too
 //! slow it subscribes again from its last applied sequence.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use crate::lifecycle::Lifecycle;
 use std::sync::Arc;
 use std::time::Instant;
 use tickdb_rdb::Rdb;
 use tickdb_tp::{SubFilter, Tickerplant};
 
 /// Applies journal records and live updates forever (until the tp stops).
-pub fn run(tp: Arc<Tickerplant>, rdb: Arc<Rdb>, ready: Arc<AtomicBool>) {
+/// The node is ready once the first replay is done; a later catch-up (after
+/// being cut off as too slow) serves the consistent prefix it has, and its
+/// lag shows in `/status`.
+pub fn run(tp: Arc<Tickerplant>, rdb: Arc<Rdb>, life: Lifecycle) {
     loop {
         let from = rdb.applied_seq() + 1;
         let sub = match tp.subscribe("rdb(embedded)", SubFilter::default(), from) {
@@ -26,6 +29,9 @@ pub fn run(tp: Arc<Tickerplant>, rdb: Arc<Rdb>, ready: Arc<AtomicBool>) {
             let started = Instant::now();
             let mut last_log = Instant::now();
             tracing::info!("replaying journal records {from}..={}", sub.current_seq);
+            if !life.is_ready() {
+                life.loading("replaying the journal (records)", total);
+            }
             for rec in reader {
                 let rec = match rec {
                     Ok(r) => r,
@@ -40,6 +46,7 @@ pub fn run(tp: Arc<Tickerplant>, rdb: Arc<Rdb>, ready: Arc<AtomicBool>) {
                     tp.unsubscribe(sub.queue.id());
                     return;
                 }
+                life.progress(rec.seq + 1 - from);
                 if last_log.elapsed().as_secs() >= 2 {
                     last_log = Instant::now();
                     tracing::info!("replaying: {}/{total} records", rec.seq + 1 - from);
@@ -50,7 +57,7 @@ pub fn run(tp: Arc<Tickerplant>, rdb: Arc<Rdb>, ready: Arc<AtomicBool>) {
                 started.elapsed().as_secs_f64()
             );
         }
-        ready.store(true, Ordering::Release);
+        life.ready();
         'live: loop {
             match sub.queue.next_blocking() {
                 Ok(updates) => {

@@ -1,55 +1,75 @@
 //! The HTTP port. A tp serves writes (`/write`, `/api/v2/write`, and
 //! `/settings` for the QuestDB client); an rdb serves queries (`/exec`);
 //! both serve `/health`, `/status` and Prometheus `/metrics`. `tickdb up`
-//! serves all of them on one port.
+//! serves all of them on one port. The port is served from the start, so
+//! `/health` and `/status` answer while the node loads; every other path
+//! answers 503 "not ready" (JSON, with how far loading has got) until the
+//! part it needs is open and, for queries, until the tables are complete.
 
+use crate::http_server::HttpLimits;
+use crate::node::{Node, Role};
 use axum::body::Body;
 use axum::extract::{Query, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use serde::Deserialize;
 use serde_json::json;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tickdb_ilp::Precision;
-use tickdb_query::{QueryEngine, QueryError};
-use tickdb_rdb::Rdb;
-use tickdb_tp::{Tickerplant, TpError};
+use tickdb_query::encode::{Encoder, Format};
+use tickdb_query::QueryError;
+use tickdb_tp::TpError;
 
 #[derive(Clone)]
 pub struct AppState {
-    pub tp: Option<Arc<Tickerplant>>,
-    pub rdb: Option<Arc<Rdb>>,
-    pub query: Option<QueryEngine>,
-    /// False while the rdb replays at start; `/health` answers 503 until then.
-    pub ready: Arc<AtomicBool>,
+    pub node: Arc<Node>,
+    pub limits: HttpLimits,
 }
 
 pub fn router(state: AppState) -> Router {
+    let role = state.node.role;
     let mut r = Router::new()
         .route("/health", get(health))
         .route("/status", get(status))
         .route("/metrics", get(metrics));
-    if state.tp.is_some() {
+    if role.has_tp() {
         r = r
             .route("/write", post(write))
             .route("/api/v2/write", post(write))
             .route("/settings", get(settings))
             .route("/clear", post(clear));
     }
-    if state.query.is_some() {
-        r = r.route("/exec", get(exec).post(exec));
+    if role.has_rdb() {
+        r = r
+            .route("/exec", get(exec).post(exec))
+            .route("/checkpoint", post(checkpoint));
     }
-    if state.rdb.is_some() {
-        r = r.route("/checkpoint", post(checkpoint));
-    }
-    if state.rdb.is_some() && state.tp.is_some() {
+    if role == Role::Up {
         r = r.route("/journal/trim", post(trim_journal));
     }
     r.with_state(state)
+}
+
+/// 503 with the lifecycle: what the node is doing and how far it has got.
+fn not_ready(node: &Node) -> Response {
+    let st = node.life.status();
+    let message = node
+        .life
+        .check()
+        .err()
+        .unwrap_or_else(|| "the node is still opening this part".to_string());
+    let mut r = json_error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "not_ready",
+        message,
+        json!({ "phase": st.phase, "done": st.done, "total": st.total }),
+    );
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+    r
 }
 
 fn json_error(
@@ -72,11 +92,13 @@ fn json_error(
         .into_response()
 }
 
+/// 200 `ok` once the node answers everything it serves; 503 with the
+/// reason (and progress) before.
 async fn health(State(s): State<AppState>) -> Response {
-    if s.ready.load(Ordering::Acquire) {
-        (StatusCode::OK, "ok\n").into_response()
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "replaying the journal\n").into_response()
+    match s.node.life.check() {
+        Ok(()) if s.node.life.is_ready() => (StatusCode::OK, "ok\n").into_response(),
+        Ok(()) => (StatusCode::SERVICE_UNAVAILABLE, "draining\n").into_response(),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response(),
     }
 }
 
@@ -88,10 +110,34 @@ struct WriteParams {
 /// ILP over HTTP. Answers 204 only once every row of the request is
 /// journaled under the fsync policy; any bad line rejects the whole request
 /// (400, JSON naming the line) and nothing of it is applied.
-async fn write(State(s): State<AppState>, Query(p): Query<WriteParams>, body: Body) -> Response {
-    let Some(tp) = s.tp.as_ref() else {
-        return StatusCode::NOT_FOUND.into_response();
+async fn write(
+    State(s): State<AppState>,
+    Query(p): Query<WriteParams>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let Some(tp) = s.node.tp() else {
+        return not_ready(&s.node);
     };
+    // Compressed bodies are not decoded: say so rather than parse their
+    // bytes as lines (and quote them back).
+    if let Some(enc) = headers.get(header::CONTENT_ENCODING) {
+        let enc = enc
+            .to_str()
+            .unwrap_or("(not text)")
+            .trim()
+            .to_ascii_lowercase();
+        if enc != "identity" {
+            return json_error(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported",
+                format!(
+                    "Content-Encoding '{enc}' is not supported: send the ILP body uncompressed"
+                ),
+                json!({}),
+            );
+        }
+    }
     let limit = tp.config().request_bytes_max;
     let precision = match p.precision.as_deref() {
         None => Precision::Nanos,
@@ -107,9 +153,21 @@ async fn write(State(s): State<AppState>, Query(p): Query<WriteParams>, body: Bo
             }
         },
     };
-    let bytes = match axum::body::to_bytes(body, limit).await {
-        Ok(b) => b,
+    let read = tokio::time::timeout(s.limits.body_timeout, axum::body::to_bytes(body, limit));
+    let bytes = match read.await {
+        Ok(Ok(b)) => b,
         Err(_) => {
+            return json_error(
+                StatusCode::REQUEST_TIMEOUT,
+                "timeout",
+                format!(
+                    "the request body did not arrive within {} s (--http-body-timeout-s)",
+                    s.limits.body_timeout.as_secs()
+                ),
+                json!({}),
+            )
+        }
+        Ok(Err(_)) => {
             return json_error(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "request too large",
@@ -180,8 +238,8 @@ struct ClearParams {
 /// Empties tables in every subscriber at one journal sequence (end of day,
 /// an operator's clear): `tables=trade,quote`, or `tables=*` for all.
 async fn clear(State(s): State<AppState>, Query(p): Query<ClearParams>) -> Response {
-    let Some(tp) = s.tp.as_ref() else {
-        return StatusCode::NOT_FOUND.into_response();
+    let Some(tp) = s.node.tp() else {
+        return not_ready(&s.node);
     };
     let tables: Vec<String> = match p.tables.as_deref().map(str::trim) {
         None | Some("") => {
@@ -210,8 +268,8 @@ fn json_ok(v: serde_json::Value) -> Response {
 /// A checkpoint now (Hot Restart): answers once the store is durable up to
 /// the sequence it reports.
 async fn checkpoint(State(s): State<AppState>) -> Response {
-    let Some(rdb) = s.rdb.clone() else {
-        return StatusCode::NOT_FOUND.into_response();
+    let Some(rdb) = s.node.rdb().cloned() else {
+        return not_ready(&s.node);
     };
     if rdb.hot_restart().is_none() {
         return json_error(
@@ -254,8 +312,8 @@ pub fn log_trim(r: Result<tickdb_journal::TrimReport, TpError>) {
 
 /// Removes the journal segments behind the rdb's last durable checkpoint.
 async fn trim_journal(State(s): State<AppState>) -> Response {
-    let (Some(tp), Some(rdb)) = (s.tp.clone(), s.rdb.clone()) else {
-        return StatusCode::NOT_FOUND.into_response();
+    let (Some(tp), Some(rdb)) = (s.node.tp().cloned(), s.node.rdb().cloned()) else {
+        return not_ready(&s.node);
     };
     let durable = rdb.hot_restart().map(|h| h.durable_seq()).unwrap_or(0);
     if durable == 0 {
@@ -298,13 +356,18 @@ async fn settings() -> Response {
 
 async fn status(State(s): State<AppState>) -> Response {
     let mut body = json!({});
-    if let Some(rdb) = &s.rdb {
+    if let Some(rdb) = s.node.rdb() {
         body = serde_json::to_value(rdb.status()).unwrap_or_default();
     }
-    if let Some(tp) = &s.tp {
+    if let Some(tp) = s.node.tp() {
         body["tp"] = serde_json::to_value(tp.status()).unwrap_or_default();
     }
-    body["ready"] = json!(s.ready.load(Ordering::Acquire));
+    if let Some(q) = s.node.query() {
+        body["queries"] = serde_json::to_value(q.pool_stats()).unwrap_or_default();
+    }
+    body["role"] = json!(s.node.role.name());
+    body["lifecycle"] = serde_json::to_value(s.node.life.status()).unwrap_or_default();
+    body["ready"] = json!(s.node.life.is_ready());
     // The process's resident memory: what a monitor compares across DRAM
     // and fsmem rdbs (file-backed fsmem pages count as RSS, not anonymous).
     if let Some(m) = tickdb_stack::procfs::self_mem() {
@@ -324,7 +387,24 @@ async fn status(State(s): State<AppState>) -> Response {
 
 async fn metrics(State(s): State<AppState>) -> Response {
     let mut out = String::new();
-    if let Some(tp) = &s.tp {
+    let _ = writeln!(
+        out,
+        "# TYPE tickdb_ready gauge\ntickdb_ready {}",
+        s.node.life.is_ready() as u8
+    );
+    if let Some(q) = s.node.query() {
+        let p = q.pool_stats();
+        let _ = writeln!(
+            out,
+            "# TYPE tickdb_queries_running gauge\ntickdb_queries_running {}\n\
+             # TYPE tickdb_queries_waiting gauge\ntickdb_queries_waiting {}\n\
+             # TYPE tickdb_queries_admitted_total counter\ntickdb_queries_admitted_total {}\n\
+             # TYPE tickdb_queries_refused_busy_total counter\ntickdb_queries_refused_busy_total {}\n\
+             # TYPE tickdb_queries_expired_waiting_total counter\ntickdb_queries_expired_waiting_total {}",
+            p.running, p.waiting, p.admitted_total, p.refused_busy_total, p.expired_waiting_total
+        );
+    }
+    if let Some(tp) = s.node.tp() {
         let st = tp.status();
         let _ = writeln!(out, "# TYPE tickdb_tp_seq gauge\ntickdb_tp_seq {}", st.seq);
         let _ = writeln!(
@@ -363,7 +443,7 @@ async fn metrics(State(s): State<AppState>) -> Response {
             st.subscribers.len()
         );
     }
-    if let Some(rdb) = &s.rdb {
+    if let Some(rdb) = s.node.rdb() {
         let st = rdb.status();
         let _ = writeln!(
             out,
@@ -448,6 +528,9 @@ async fn metrics(State(s): State<AppState>) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }
 
+/// Characters of a failed statement echoed in its error.
+const SQL_ECHO_CHARS_MAX: usize = 4096;
+
 #[derive(Deserialize)]
 struct ExecParams {
     query: Option<String>,
@@ -455,10 +538,15 @@ struct ExecParams {
 }
 
 /// SQL over HTTP: JSON (QuestDB-like), `format=csv`, or `format=arrow`
-/// (an Arrow IPC stream).
+/// (an Arrow IPC stream). The result streams: each batch is encoded on the
+/// query threads and sent as it comes, so memory stays bounded whatever
+/// the result's size. Errors before the first batch get their status code;
+/// a failure after the first bytes have gone out (a timeout, say) aborts
+/// the response, so a client never mistakes part of an answer for all of
+/// it.
 async fn exec(State(s): State<AppState>, Query(p): Query<ExecParams>) -> Response {
-    let Some(engine) = s.query.as_ref() else {
-        return StatusCode::NOT_FOUND.into_response();
+    let Some(engine) = s.node.query() else {
+        return not_ready(&s.node);
     };
     let Some(sql) = p.query.filter(|q| !q.trim().is_empty()) else {
         return json_error(
@@ -468,40 +556,57 @@ async fn exec(State(s): State<AppState>, Query(p): Query<ExecParams>) -> Respons
             json!({}),
         );
     };
-    let format = p.format.as_deref().unwrap_or("json").to_ascii_lowercase();
-    if !matches!(format.as_str(), "json" | "csv" | "arrow") {
+    let name = p.format.as_deref().unwrap_or("json");
+    let Some(format) = Format::parse(name) else {
         return json_error(
             StatusCode::BAD_REQUEST,
             "invalid",
-            format!("unknown format '{format}' (json, csv or arrow)"),
+            format!("unknown format '{name}' (json, csv or arrow)"),
             json!({}),
         );
-    }
-    let result = match engine.query(&sql).await {
+    };
+    let ctx = engine.new_ctx(None);
+    let mut results = match engine
+        .stream_into(&sql, ctx, Encoder::new(format, &sql))
+        .await
+    {
         Ok(r) => r,
+        Err(QueryError::NotReady(_)) => return not_ready(&s.node),
         Err(e) => return query_error(&sql, e),
     };
-    match format.as_str() {
-        "csv" => (
-            [(header::CONTENT_TYPE, "text/csv")],
-            tickdb_query::encode::csv(&result),
-        )
-            .into_response(),
-        "arrow" => (
-            [(header::CONTENT_TYPE, "application/vnd.apache.arrow.stream")],
-            tickdb_query::encode::arrow_ipc(&result),
-        )
-            .into_response(),
-        _ => {
-            let mut v = tickdb_query::encode::json(&result);
-            v["query"] = json!(sql);
-            ([(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response()
+    let first = match results.next().await {
+        None => bytes::Bytes::new(),
+        Some(Ok(b)) => b,
+        Some(Err(e)) => return query_error(&sql, e),
+    };
+    let rest = futures::stream::unfold((results, sql), |(mut r, sql)| async move {
+        match r.next().await {
+            None => None,
+            Some(Ok(b)) => Some((Ok(b), (r, sql))),
+            Some(Err(e)) => {
+                tracing::warn!("query failed after its first rows were sent, response aborted: {e}; query: {sql}");
+                Some((Err(std::io::Error::other(e.to_string())), (r, sql)))
+            }
         }
-    }
+    });
+    let body = futures::StreamExt::chain(
+        futures::stream::once(async move { Ok::<_, std::io::Error>(first) }),
+        rest,
+    );
+    (
+        [(header::CONTENT_TYPE, format.content_type())],
+        Body::from_stream(body),
+    )
+        .into_response()
 }
 
 fn query_error(sql: &str, e: QueryError) -> Response {
     let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
+    // The statement is echoed back: a long one only in part.
+    let sql = match sql.char_indices().nth(SQL_ECHO_CHARS_MAX) {
+        Some((at, _)) => &sql[..at],
+        None => sql,
+    };
     let mut extra = json!({ "query": sql });
     if let Some((line, col)) = e.position() {
         extra["line"] = json!(line);

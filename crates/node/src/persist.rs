@@ -2,7 +2,7 @@
 //! store, rebuild the column store from it, checkpoint on a schedule, and take
 //! a last checkpoint at shutdown. The store logic is tickdb-rdb's `hot`.
 
-use crate::cli::{HotArgs, MemArgs};
+use crate::config::{HotArgs, MemArgs};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tickdb_core::Schema;

@@ -1,0 +1,100 @@
+//! The HTTP listener: accepts connections up to a bound, and serves each
+//! with limits a slow or idle client cannot get around: the request head
+//! must arrive within `header_timeout` (this also closes keep-alive
+//! connections idle that long), and it may be at most
+//! `HTTP_HEAD_BYTES_MAX`. Request bodies have their own timeout, applied
+//! where they are read (`http::write`).
+
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+
+/// Connections served at once, by default; more get 503 and are closed.
+pub const HTTP_CONNECTIONS_MAX_DEFAULT: usize = 1024;
+/// Time a client has to send a request head, by default; also how long an
+/// idle keep-alive connection is kept.
+pub const HTTP_HEADER_TIMEOUT_S_DEFAULT: u64 = 30;
+/// Time a client has to send a request body, by default.
+pub const HTTP_BODY_TIMEOUT_S_DEFAULT: u64 = 60;
+/// Largest request head (request line and headers), in bytes. hyper's read
+/// buffer bound: a head larger than this is refused with 431.
+pub const HTTP_HEAD_BYTES_MAX: usize = 64 * 1024;
+/// Time allowed to write the refusal to a client over the connection bound.
+const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Limits of the HTTP port.
+#[derive(Debug, Clone)]
+pub struct HttpLimits {
+    pub connections_max: usize,
+    pub header_timeout: Duration,
+    pub body_timeout: Duration,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        HttpLimits {
+            connections_max: HTTP_CONNECTIONS_MAX_DEFAULT,
+            header_timeout: Duration::from_secs(HTTP_HEADER_TIMEOUT_S_DEFAULT),
+            body_timeout: Duration::from_secs(HTTP_BODY_TIMEOUT_S_DEFAULT),
+        }
+    }
+}
+
+/// Serves `router` on `listener` until the task is dropped.
+pub async fn serve(listener: TcpListener, router: Router, limits: HttpLimits) {
+    let open = Arc::new(Semaphore::new(limits.connections_max.max(1)));
+    loop {
+        let (sock, peer) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                // Out of file descriptors and the like: back off, keep
+                // serving the connections that exist.
+                tracing::warn!("HTTP accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = open.clone().try_acquire_owned() else {
+            tracing::warn!(
+                "HTTP: refusing {peer}: {} connections open (--http-connections-max)",
+                limits.connections_max
+            );
+            tokio::spawn(refuse(sock, limits.connections_max));
+            continue;
+        };
+        let _ = sock.set_nodelay(true);
+        let service = TowerToHyperService::new(router.clone());
+        let header_timeout = limits.header_timeout;
+        tokio::spawn(async move {
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_timeout)
+                .max_buf_size(HTTP_HEAD_BYTES_MAX);
+            let conn = builder.serve_connection(TokioIo::new(sock), service);
+            if let Err(e) = conn.await {
+                tracing::debug!("HTTP connection {peer}: {e}");
+            }
+            drop(permit);
+        });
+    }
+}
+
+/// A minimal 503 to a client over the connection bound, then close.
+async fn refuse(mut sock: TcpStream, max: usize) {
+    let body = serde_json::json!({
+        "code": "busy",
+        "message": format!("{max} HTTP connections are open, the most this node serves (--http-connections-max); retry shortly"),
+    })
+    .to_string();
+    let response = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tokio::time::timeout(REFUSAL_WRITE_TIMEOUT, sock.write_all(response.as_bytes())).await;
+}

@@ -1,0 +1,22 @@
+//! tickdb-node owns a running node: its roles (`up`, `tp`, `rdb`) wired
+//! from their parts, its lifecycle (starting, loading, ready, draining,
+//! stopping) that every listener consults, and its HTTP API. The `tickdb`
+//! binary is a thin command line over it.
+//!
+//! - `config`: the flags of every role (clap), and what they turn into
+//! - `lifecycle`: readiness and drain, one state per node
+//! - `node`: the role and the parts (tp, rdb, query engine) once open
+//! - `roles`: starting each role and stopping it cleanly
+//! - `http`, `http_server`: the HTTP API and its listener's limits
+//! - `embedded_rdb`, `persist`, `demo_feed`: the rdb inside `up`, Hot
+//!   Restart wiring, and the built-in simulated feed
+
+pub mod config;
+mod demo_feed;
+mod embedded_rdb;
+pub mod http;
+pub mod http_server;
+pub mod lifecycle;
+pub mod node;
+mod persist;
+pub mod roles;

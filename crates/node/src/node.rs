@@ -1,0 +1,87 @@
+//! A running node's parts: the role it plays, its lifecycle, and its
+//! tickerplant, rdb and query engine once each is open. Listeners start
+//! before the parts exist (so `/health` and `/status` answer during a long
+//! reload) and find each part here when it is there; until then they
+//! answer "not ready" with how far loading has got.
+
+use crate::lifecycle::Lifecycle;
+use std::sync::{Arc, OnceLock};
+use tickdb_query::QueryEngine;
+use tickdb_rdb::Rdb;
+use tickdb_tp::Tickerplant;
+
+/// Which parts a node has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// `tickdb up`: tp + rdb + queries in one process.
+    Up,
+    /// `tickdb tp`: the tickerplant alone.
+    Tp,
+    /// `tickdb rdb`: an rdb following a remote tp, with queries.
+    Rdb,
+}
+
+impl Role {
+    pub fn has_tp(self) -> bool {
+        matches!(self, Role::Up | Role::Tp)
+    }
+
+    pub fn has_rdb(self) -> bool {
+        matches!(self, Role::Up | Role::Rdb)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Up => "up",
+            Role::Tp => "tp",
+            Role::Rdb => "rdb",
+        }
+    }
+}
+
+/// The node: role, lifecycle and parts. Shared by every listener.
+pub struct Node {
+    pub role: Role,
+    pub life: Lifecycle,
+    tp: OnceLock<Arc<Tickerplant>>,
+    rdb: OnceLock<Arc<Rdb>>,
+    query: OnceLock<QueryEngine>,
+}
+
+impl Node {
+    pub fn new(role: Role) -> Arc<Node> {
+        Arc::new(Node {
+            role,
+            life: Lifecycle::new(),
+            tp: OnceLock::new(),
+            rdb: OnceLock::new(),
+            query: OnceLock::new(),
+        })
+    }
+
+    pub fn set_tp(&self, tp: Arc<Tickerplant>) {
+        let _ = self.tp.set(tp);
+    }
+
+    pub fn set_rdb(&self, rdb: Arc<Rdb>) {
+        let _ = self.rdb.set(rdb);
+    }
+
+    /// The engine answers nothing until the lifecycle says ready.
+    pub fn set_query(&self, engine: QueryEngine) {
+        engine.set_readiness(Arc::new(self.life.clone()));
+        let _ = self.query.set(engine);
+    }
+
+    pub fn tp(&self) -> Option<&Arc<Tickerplant>> {
+        self.tp.get()
+    }
+
+    pub fn rdb(&self) -> Option<&Arc<Rdb>> {
+        self.rdb.get()
+    }
+
+    pub fn query(&self) -> Option<&QueryEngine> {
+        self.query.get()
+    }
+}
