@@ -16,6 +16,7 @@ mod latency;
 mod machine;
 mod redis;
 pub mod restart;
+pub mod robustness;
 mod servers;
 pub mod stack;
 mod stats;
@@ -65,8 +66,53 @@ enum BenchCmd {
     /// An rdb's restart with Hot Restart against a full journal replay, and
     /// the checkpoint's ingest pause as the data grows.
     Restart(RestartArgs),
+    /// Acknowledged-write latency of a 48,000 updates/s feed, quiet and
+    /// under a storm of hostile queries and clients on every port; checks
+    /// that the node stays up and no acknowledged row is lost.
+    Robustness(RobustnessArgs),
     /// Run every benchmark and regenerate docs/benchmarks.md.
     Report(ReportArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+struct RobustnessArgs {
+    /// Journaled updates per second (the seed's 48,000 rows/s as 1,000
+    /// updates of 48 rows).
+    #[arg(long, default_value_t = 1000)]
+    updates_per_s: u64,
+    /// Rows per update.
+    #[arg(long, default_value_t = 48)]
+    update_rows: usize,
+    /// Seconds per phase (quiet, then storm).
+    #[arg(long, default_value_t = 20.0)]
+    seconds: f64,
+    /// Rows preloaded for the hostile queries to read.
+    #[arg(long, default_value = "1M", value_parser = tickdb_stack::feed::parse_count)]
+    preload_rows: u64,
+    /// Concurrent slow queries in the storm.
+    #[arg(long, default_value_t = 50)]
+    slow_queries: usize,
+    /// Idle connections held on each port in the storm.
+    #[arg(long, default_value_t = 200)]
+    idle_per_port: usize,
+    /// The node's --query-timeout-ms.
+    #[arg(long, default_value_t = 5000)]
+    query_timeout_ms: u64,
+    /// Also write the results as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+fn robustness_opts(a: &RobustnessArgs) -> robustness::RobustnessOptions {
+    robustness::RobustnessOptions {
+        updates_per_s: a.updates_per_s.max(1),
+        update_rows: a.update_rows.max(1),
+        seconds: a.seconds.max(1.0),
+        preload_rows: a.preload_rows,
+        slow_queries: a.slow_queries,
+        idle_per_port: a.idle_per_port,
+        query_timeout_ms: a.query_timeout_ms,
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -357,6 +403,19 @@ fn run_inner(args: BenchArgs) -> Result<()> {
             }
             println!("{}", r.markdown());
         }
+        BenchCmd::Robustness(a) => {
+            let r = robustness::run(&bin, &work, &robustness_opts(&a))?;
+            if let Some(p) = &a.json {
+                write_json(p, &r)?;
+            }
+            println!("{}", r.markdown());
+            if r.lost_rows > 0 || r.duplicated_rows > 0 || !r.node_alive {
+                return Err(BenchError::Server(format!(
+                    "the node lost {} and duplicated {} acknowledged rows (alive: {})",
+                    r.lost_rows, r.duplicated_rows, r.node_alive
+                )));
+            }
+        }
         BenchCmd::Report(a) => report(&bin, &work, &a)?,
     }
     Ok(())
@@ -542,6 +601,7 @@ fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
     let jr = journal::run(bin, work, &journal_opts(&ja))?;
     let stack_md = stack_and_insert_sections(bin, work, a)?;
     let hot_md = hot_restart_sections(bin, work, a)?;
+    let robust_md = robustness_section(bin, work, a)?;
     let secs = started.elapsed().map(|d| d.as_secs()).unwrap_or(0);
     let date = today_utc();
     let profile = if cfg!(debug_assertions) {
@@ -572,6 +632,7 @@ fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
     md.push_str("\n## Journal (issue #4)\n\n");
     md.push_str(&jr.markdown());
     md.push_str(&hot_md);
+    md.push_str(&robust_md);
     md.push_str(&stack_md);
     std::fs::write(&a.out, md).map_err(BenchError::io(format!("writing {}", a.out.display())))?;
     eprintln!("wrote {}", a.out.display());
@@ -580,6 +641,25 @@ fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
 
 /// Issue #5's sections: seed 002's key-value workload against the raw disk
 /// and Redis, then the rdb's restart and checkpoint pause.
+fn robustness_section(bin: &Path, work: &Path, a: &ReportArgs) -> Result<String> {
+    let ra = RobustnessArgs {
+        updates_per_s: 1000,
+        update_rows: 48,
+        seconds: if a.quick { 5.0 } else { 30.0 },
+        preload_rows: if a.quick { 100_000 } else { 1_000_000 },
+        slow_queries: 50,
+        idle_per_port: 200,
+        query_timeout_ms: 5000,
+        json: None,
+    };
+    eprintln!("[robustness] write latency under hostile queries and clients");
+    let r = robustness::run(bin, work, &robustness_opts(&ra))?;
+    Ok(format!(
+        "\n## Robustness: acknowledged writes under hostile queries and clients\n\n{}",
+        r.markdown()
+    ))
+}
+
 fn hot_restart_sections(bin: &Path, work: &Path, a: &ReportArgs) -> Result<String> {
     let kv = KvArgs {
         entries: if a.quick { 100_000 } else { 2_000_000 },

@@ -18,6 +18,8 @@ pub struct Tickdb {
     pub http: u16,
     pub ilp: u16,
     pub tp: u16,
+    /// The PostgreSQL port (`up` only).
+    pub pg: Option<u16>,
     pub data_dir: PathBuf,
 }
 
@@ -78,9 +80,13 @@ fn start_tickdb_once(
         .arg(&data_dir)
         .args(extra)
         .env("TICKDB_LOG", "warn");
-    if role == "up" {
-        cmd.args(["--pg-port", &free_port()?.to_string()]);
-    }
+    let pg = if role == "up" {
+        let p = free_port()?;
+        cmd.args(["--pg-port", &p.to_string()]);
+        Some(p)
+    } else {
+        None
+    };
     let mut child = Child::spawn(&format!("tickdb {role}"), &mut cmd, log)?;
     wait_http(&mut child, http, "/health")?;
     Ok(Tickdb {
@@ -88,6 +94,7 @@ fn start_tickdb_once(
         http,
         ilp,
         tp,
+        pg,
         data_dir,
     })
 }

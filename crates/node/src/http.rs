@@ -544,15 +544,35 @@ struct ExecParams {
 /// a failure after the first bytes have gone out (a timeout, say) aborts
 /// the response, so a client never mistakes part of an answer for all of
 /// it.
-async fn exec(State(s): State<AppState>, Query(p): Query<ExecParams>) -> Response {
+async fn exec(
+    State(s): State<AppState>,
+    Query(p): Query<ExecParams>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let Some(engine) = s.node.query() else {
         return not_ready(&s.node);
     };
+    let mut p = p;
+    if p.query.is_none() {
+        // POST: the statement in the body, as a form (query=...) or as is.
+        match exec_body(&s, &headers, body).await {
+            Ok(b) => {
+                if let Some(q) = b.query {
+                    p.query = Some(q);
+                }
+                if b.format.is_some() {
+                    p.format = b.format;
+                }
+            }
+            Err(r) => return r,
+        }
+    }
     let Some(sql) = p.query.filter(|q| !q.trim().is_empty()) else {
         return json_error(
             StatusCode::BAD_REQUEST,
             "invalid",
-            "missing query: GET /exec?query=SELECT...".into(),
+            "missing query: GET /exec?query=SELECT..., or POST it in the body".into(),
             json!({}),
         );
     };
@@ -598,6 +618,74 @@ async fn exec(State(s): State<AppState>, Query(p): Query<ExecParams>) -> Respons
         Body::from_stream(body),
     )
         .into_response()
+}
+
+/// Bytes of a POSTed statement read at most: a little over the longest
+/// statement the engine accepts, so that one is refused with its own
+/// clear error.
+const EXEC_BODY_BYTES_MAX: usize = tickdb_query::limits::QUERY_TEXT_BYTES_MAX + 64 * 1024;
+
+/// The statement (and format) of a POST /exec: a form body
+/// (`query=...&format=...`) or the SQL text itself.
+async fn exec_body(s: &AppState, headers: &HeaderMap, body: Body) -> Result<ExecParams, Response> {
+    let read = tokio::time::timeout(
+        s.limits.body_timeout,
+        axum::body::to_bytes(body, EXEC_BODY_BYTES_MAX),
+    );
+    let bytes = match read.await {
+        Ok(Ok(b)) => b,
+        Err(_) => {
+            return Err(json_error(
+                StatusCode::REQUEST_TIMEOUT,
+                "timeout",
+                format!(
+                    "the request body did not arrive within {} s (--http-body-timeout-s)",
+                    s.limits.body_timeout.as_secs()
+                ),
+                json!({}),
+            ))
+        }
+        Ok(Err(_)) => {
+            return Err(json_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_complex",
+                format!(
+                    "statement is over the limit of {} bytes",
+                    tickdb_query::limits::QUERY_TEXT_BYTES_MAX
+                ),
+                json!({}),
+            ))
+        }
+    };
+    let form = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
+    if form {
+        return serde_urlencoded::from_bytes::<ExecParams>(&bytes).map_err(|e| {
+            json_error(
+                StatusCode::BAD_REQUEST,
+                "invalid",
+                format!("the form body does not parse: {e}"),
+                json!({}),
+            )
+        });
+    }
+    match String::from_utf8(bytes.to_vec()) {
+        Ok(sql) => Ok(ExecParams {
+            query: Some(sql),
+            format: None,
+        }),
+        Err(e) => Err(json_error(
+            StatusCode::BAD_REQUEST,
+            "invalid",
+            format!(
+                "the statement is not UTF-8 (byte {})",
+                e.utf8_error().valid_up_to()
+            ),
+            json!({}),
+        )),
+    }
 }
 
 fn query_error(sql: &str, e: QueryError) -> Response {

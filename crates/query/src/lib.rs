@@ -413,15 +413,20 @@ impl QueryEngine {
         let permit = self.enter(ctx).await?;
         limits::check_text(sql)?;
         let state = self.state_for(ctx);
-        let statement = Self::parse(&state, sql).map_err(|e| self.error(e, sql, ctx))?;
-        limits::check_depth(&statement)?;
-        let plan = Self::logical(&state, statement)
-            .await
-            .map_err(|e| self.error(e, sql, ctx))?;
-        let physical = state
-            .create_physical_plan(&plan)
-            .await
-            .map_err(|e| self.error(e, sql, ctx))?;
+        // Parsing and planning a large statement is CPU work with no
+        // yield point: off the worker, so the query threads stay live.
+        let physical = pool::off_worker(async {
+            let statement = Self::parse(&state, sql).map_err(|e| self.error(e, sql, ctx))?;
+            limits::check_depth(&statement)?;
+            let plan = Self::logical(&state, statement)
+                .await
+                .map_err(|e| self.error(e, sql, ctx))?;
+            state
+                .create_physical_plan(&plan)
+                .await
+                .map_err(|e| self.error(e, sql, ctx))
+        })
+        .await?;
         let task = Arc::new(TaskContext::from(&state));
         let stream = datafusion::physical_plan::execute_stream(physical, task)
             .map_err(|e| self.error(e, sql, ctx))?;

@@ -156,6 +156,32 @@ impl QueryPool {
     }
 }
 
+thread_local! {
+    /// Set while this thread runs a stretch handed off by `off_worker`.
+    static OFF_WORKER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f`, a stretch of query work that can hold the CPU for long without
+/// yielding (parsing and planning a statement thousands of terms deep),
+/// without holding a query worker thread: on the multi-threaded query
+/// runtime the worker hands its other tasks to a fresh worker for the
+/// duration (`block_in_place`), so PostgreSQL connections, timers and other
+/// queries keep running. Elsewhere (a test's runtime) it simply awaits.
+pub async fn off_worker<F: std::future::Future>(f: F) -> F::Output {
+    let multi = tokio::runtime::Handle::try_current()
+        .ok()
+        .filter(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    match multi {
+        Some(h) if !OFF_WORKER.with(|o| o.get()) => tokio::task::block_in_place(|| {
+            OFF_WORKER.with(|o| o.set(true));
+            let out = h.block_on(f);
+            OFF_WORKER.with(|o| o.set(false));
+            out
+        }),
+        _ => f.await,
+    }
+}
+
 impl Drop for QueryPool {
     /// A runtime may not be dropped from async code (an engine can be
     /// dropped inside a test's runtime): let its threads wind down alone.

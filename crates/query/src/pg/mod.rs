@@ -160,27 +160,57 @@ pub async fn serve(listener: std::net::TcpListener, engine: QueryEngine, opts: P
     }
 }
 
-/// Answers a connection over the limit the way PostgreSQL does: an
-/// ErrorResponse with SQLSTATE 53300 in place of the startup reply.
+/// Startup packets read at most from a connection being refused.
+const REFUSAL_PACKET_BYTES_MAX: usize = 10_000;
+/// Time a refused connection gets to send its startup packet.
+const REFUSAL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+/// The codes of the SSL and GSSAPI encryption requests, which come before
+/// a startup packet and are answered 'N' (not supported here).
+const SSL_REQUEST_CODE: i32 = 80_877_103;
+const GSSENC_REQUEST_CODE: i32 = 80_877_104;
+
+/// Answers a connection over the limit the way PostgreSQL does: decline
+/// encryption if asked, read the startup packet, then an ErrorResponse
+/// with SQLSTATE 53300, which clients show as "too many clients".
 async fn refuse(mut socket: tokio::net::TcpStream, max: usize) {
-    use tokio::io::AsyncWriteExt;
-    let msg = format!("sorry, too many clients already ({max} connections, --pg-connections-max)");
-    let mut body = Vec::new();
-    for (code, text) in [
-        (b'S', "FATAL"),
-        (b'V', "FATAL"),
-        (b'C', "53300"),
-        (b'M', msg.as_str()),
-    ] {
-        body.push(code);
-        body.extend_from_slice(text.as_bytes());
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let handshake = async {
+        for _ in 0..3 {
+            let mut len = [0u8; 4];
+            socket.read_exact(&mut len).await?;
+            let len = i32::from_be_bytes(len) as usize;
+            if !(8..=REFUSAL_PACKET_BYTES_MAX).contains(&len) {
+                break;
+            }
+            let mut rest = vec![0u8; len - 4];
+            socket.read_exact(&mut rest).await?;
+            let code = i32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]);
+            if code == SSL_REQUEST_CODE || code == GSSENC_REQUEST_CODE {
+                socket.write_all(b"N").await?;
+                continue;
+            }
+            break;
+        }
+        let msg =
+            format!("sorry, too many clients already ({max} connections, --pg-connections-max)");
+        let mut body = Vec::new();
+        for (code, text) in [
+            (b'S', "FATAL"),
+            (b'V', "FATAL"),
+            (b'C', "53300"),
+            (b'M', msg.as_str()),
+        ] {
+            body.push(code);
+            body.extend_from_slice(text.as_bytes());
+            body.push(0);
+        }
         body.push(0);
-    }
-    body.push(0);
-    let mut frame = vec![b'E'];
-    frame.extend(((body.len() + 4) as i32).to_be_bytes());
-    frame.extend(body);
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), socket.write_all(&frame)).await;
+        let mut frame = vec![b'E'];
+        frame.extend(((body.len() + 4) as i32).to_be_bytes());
+        frame.extend(body);
+        socket.write_all(&frame).await
+    };
+    let _ = tokio::time::timeout(REFUSAL_TIMEOUT, handshake).await;
 }
 
 struct TickPgHandlers {
@@ -604,11 +634,16 @@ impl QueryParser for TickParser {
     where
         C: ClientInfo + Unpin + Send + Sync,
     {
-        check_limits(sql)?;
-        self.inner
-            .parse_sql(client, sql, types)
-            .await
-            .map_err(|e| locate_syntax_error(sql, e))
+        // Checking and parsing (with the planning of the statement the
+        // library's parse includes) is CPU work: off the worker.
+        crate::pool::off_worker(async {
+            check_limits(sql)?;
+            self.inner
+                .parse_sql(client, sql, types)
+                .await
+                .map_err(|e| locate_syntax_error(sql, e))
+        })
+        .await
     }
 
     fn get_parameter_types(&self, stmt: &Self::Statement) -> PgWireResult<Vec<Type>> {
@@ -633,10 +668,15 @@ impl SimpleQueryHandler for WithPositions {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        check_limits(query)?;
-        SimpleQueryHandler::do_query(self.inner.as_ref(), client, query)
-            .await
-            .map_err(|e| locate_syntax_error(query, e))
+        // Parsing and planning (the rows are computed later, as they are
+        // sent) off the worker.
+        crate::pool::off_worker(async {
+            check_limits(query)?;
+            SimpleQueryHandler::do_query(self.inner.as_ref(), client, query)
+                .await
+                .map_err(|e| locate_syntax_error(query, e))
+        })
+        .await
     }
 }
 
@@ -661,17 +701,72 @@ impl ExtendedQueryHandler for WithPositions {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        whole_numbers_for_integers(portal)?;
         // The library binds the parameters and plans the execution; the
         // physical planner finds this statement's context in the task.
         let ctx = start_query(&self.engine, client);
         let permit = self.engine.enter(&ctx).await.map_err(|e| pg_error(&e))?;
         let run = ExtendedQueryHandler::do_query(self.inner.as_ref(), client, portal, max_rows);
-        match CURRENT_QUERY.scope(ctx.clone(), run).await {
+        let run = crate::pool::off_worker(CURRENT_QUERY.scope(ctx.clone(), run));
+        match run.await {
             Ok(Response::Query(q)) => Ok(Response::Query(guarded(q, permit, ctx))),
             Ok(other) => Ok(other),
             Err(e) => Err(classify(e, &ctx)),
         }
     }
+}
+
+/// A float parameter with a fraction, bound where the statement needs an
+/// integer (psycopg sends Python floats as float8), is refused naming the
+/// parameter and its real value; the library truncated it first and then
+/// reported "FLOAT value 1 is out of range" for 1.5.
+fn whole_numbers_for_integers(portal: &Portal<DfStatement>) -> PgWireResult<()> {
+    let Some((_, plan)) = &portal.statement.statement.1 else {
+        return Ok(());
+    };
+    let inferred = plan.get_parameter_types().unwrap_or_default();
+    for (i, sent) in portal.statement.parameter_types.iter().enumerate() {
+        let Some(sent) = sent else { continue };
+        if *sent != Type::FLOAT4 && *sent != Type::FLOAT8 {
+            continue;
+        }
+        let Some(Some(target)) = inferred.get(&format!("${}", i + 1)) else {
+            continue;
+        };
+        if !target.is_integer() {
+            continue;
+        }
+        let Some(Some(raw)) = portal.parameters.get(i) else {
+            continue;
+        };
+        let value = if portal.parameter_format.is_binary(i) {
+            match raw.len() {
+                8 => <[u8; 8]>::try_from(&raw[..]).ok().map(f64::from_be_bytes),
+                4 => <[u8; 4]>::try_from(&raw[..])
+                    .ok()
+                    .map(|b| f32::from_be_bytes(b) as f64),
+                _ => None,
+            }
+        } else {
+            std::str::from_utf8(raw)
+                .ok()
+                .and_then(|t| t.trim().parse::<f64>().ok())
+        };
+        if let Some(v) = value.filter(|v| !v.is_finite() || v.fract() != 0.0) {
+            return Err(PgWireError::UserError(Box::new(ErrorInfo::new(
+                "ERROR".to_string(),
+                "22023".to_string(),
+                format!(
+                    "parameter ${}: {v} ({}) is not a whole number, but the statement uses it as {target}; \
+                     send an integer, or cast the other side (e.g. size::double precision = ${})",
+                    i + 1,
+                    sent.name(),
+                    i + 1
+                ),
+            ))));
+        }
+    }
+    Ok(())
 }
 
 /// The statement limits (`limits`), checked on the client's text before
