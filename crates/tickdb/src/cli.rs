@@ -81,6 +81,19 @@ pub struct TpArgs {
     /// Bytes queued for one subscriber before it is cut off as too slow.
     #[arg(long, default_value_t = tickdb_tp::hub::SUB_QUEUE_BYTES_MAX)]
     pub sub_queue_bytes_max: usize,
+    /// Seconds an ILP TCP connection may send nothing before it is closed;
+    /// 0 = never.
+    #[arg(long, default_value_t = tickdb_tp::ilp_tcp::ILP_IDLE_TIMEOUT_S)]
+    pub ilp_idle_timeout_s: u64,
+    /// Seconds the bytes of an unfinished ILP TCP line have to complete it
+    /// before the connection is closed (slowloris clients); 0 = never.
+    #[arg(long, default_value_t = tickdb_tp::ilp_tcp::ILP_PARTIAL_LINE_TIMEOUT_S)]
+    pub ilp_partial_line_timeout_s: u64,
+    /// ILP TCP connections open at once; more are closed at once (ILP TCP
+    /// has no replies) with a log line.
+    #[arg(long, default_value_t = tickdb_tp::ilp_tcp::TCP_CONNECTIONS_MAX,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub ilp_connections_max: usize,
     /// Start even if the journal has corruption followed by valid records,
     /// a missing segment or a sequence gap: keep the longest consistent
     /// prefix and report what was dropped (moved aside, not deleted).

@@ -8,9 +8,11 @@
 //! - `hub`: subscribers, their filters and bounded queues, zero-latency or
 //!   timer publishing
 //! - `ingest`: ILP text → validated update
-//! - `ilp_tcp`: the ILP TCP listener
+//! - `ilp_tcp`: the ILP TCP listener (idle and partial-line timeouts)
 //! - `sub_server`: the subscription port remote rdbs (and the agg) use
+//! - `conn_limit`: the bound on connections per port
 
+pub mod conn_limit;
 pub mod error;
 pub mod hub;
 pub mod ilp_tcp;

@@ -2,6 +2,7 @@
 //! status, shutdown. Every ingest path (HTTP, ILP TCP, the subscription
 //! port's writes, the built-in demo feed) goes through `write`.
 
+use crate::conn_limit::ConnLimit;
 use crate::error::TpError;
 use crate::hub::{Hub, SubFilter, SubInfo, SubQueue};
 use crate::journal_thread::{self, Counters, WriteReq};
@@ -34,6 +35,35 @@ pub struct TpConfig {
     pub line_bytes_max: usize,
     pub request_bytes_max: usize,
     pub sub_queue_bytes_max: usize,
+    /// An ILP TCP connection sending nothing for this long is closed;
+    /// 0 = never.
+    pub ilp_idle_timeout_s: u64,
+    /// The bytes of an unfinished ILP TCP line must complete within this
+    /// many seconds of arriving.
+    pub ilp_partial_line_timeout_s: u64,
+    /// Connections open at once on the ILP TCP port.
+    pub ilp_connections_max: usize,
+}
+
+impl TpConfig {
+    /// A configuration with every bound and timeout at its default.
+    pub fn new(journal_dir: PathBuf, schema: Arc<Schema>, schema_toml: String) -> TpConfig {
+        TpConfig {
+            journal_dir,
+            schema,
+            schema_toml,
+            fsync: FsyncPolicy::Always,
+            recovery: RecoveryMode::Strict,
+            segment_bytes_max: tickdb_journal::SEGMENT_BYTES_MAX_DEFAULT,
+            publish_interval_ms: 0,
+            line_bytes_max: crate::ingest::LINE_BYTES_MAX,
+            request_bytes_max: crate::ingest::REQUEST_BYTES_MAX,
+            sub_queue_bytes_max: crate::hub::SUB_QUEUE_BYTES_MAX,
+            ilp_idle_timeout_s: crate::ilp_tcp::ILP_IDLE_TIMEOUT_S,
+            ilp_partial_line_timeout_s: crate::ilp_tcp::ILP_PARTIAL_LINE_TIMEOUT_S,
+            ilp_connections_max: crate::ilp_tcp::TCP_CONNECTIONS_MAX,
+        }
+    }
 }
 
 pub struct Subscription {
@@ -42,6 +72,14 @@ pub struct Subscription {
     pub current_seq: u64,
     /// Journal records `from_seq..=current_seq` the subscriber still lacks.
     pub catchup: Option<JournalReader>,
+}
+
+/// Connections per port, for /status.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ConnectionsInfo {
+    pub ilp_tcp: usize,
+    pub ilp_tcp_max: usize,
+    pub ilp_tcp_refused: u64,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -57,6 +95,7 @@ pub struct TpStatus {
     pub journal_dir: String,
     pub poisoned: Option<String>,
     pub subscribers: Vec<SubInfo>,
+    pub connections: ConnectionsInfo,
 }
 
 pub struct Tickerplant {
@@ -66,6 +105,7 @@ pub struct Tickerplant {
     counters: Arc<Counters>,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     stopping: Arc<std::sync::atomic::AtomicBool>,
+    ilp_connections: ConnLimit,
 }
 
 impl Tickerplant {
@@ -143,8 +183,14 @@ impl Tickerplant {
                     .map_err(|e| TpError::Io(format!("spawning timer thread: {e}")))?,
             );
         }
+        let ilp_connections = ConnLimit::new(
+            "ILP TCP",
+            "--ilp-connections-max",
+            cfg.ilp_connections_max.max(1),
+        );
         Ok((
             Arc::new(Tickerplant {
+                ilp_connections,
                 cfg,
                 tx: Mutex::new(Some(tx)),
                 hub,
@@ -162,6 +208,11 @@ impl Tickerplant {
 
     pub fn schema(&self) -> &Arc<Schema> {
         &self.cfg.schema
+    }
+
+    /// The bound on connections to the ILP TCP port.
+    pub fn ilp_connections(&self) -> &ConnLimit {
+        &self.ilp_connections
     }
 
     fn request(
@@ -300,6 +351,11 @@ impl Tickerplant {
             journal_dir: self.cfg.journal_dir.display().to_string(),
             poisoned: c.poisoned.lock().clone(),
             subscribers: self.hub.subscribers(),
+            connections: ConnectionsInfo {
+                ilp_tcp: self.ilp_connections.open(),
+                ilp_tcp_max: self.ilp_connections.max(),
+                ilp_tcp_refused: self.ilp_connections.refused(),
+            },
         }
     }
 
