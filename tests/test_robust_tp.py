@@ -91,9 +91,9 @@ def slow_subscriber(port: int, from_seq: int = LIVE_ONLY, tables=()) -> socket.s
 class FastSubscriber:
     """Reads everything the tp sends, on its own thread; records sequences."""
 
-    def __init__(self, port: int):
+    def __init__(self, port: int, symbols=()):
         self.sock = connect(port)
-        self.sock.sendall(subscribe_frame(LIVE_ONLY))
+        self.sock.sendall(subscribe_frame(LIVE_ONLY, symbols=symbols))
         ty, body = read_frame(self.sock)
         assert ty == TYPE_SUBSCRIBE_OK, (ty, body[:200])
         (self.start_seq,) = struct.unpack_from("<Q", body)
@@ -231,13 +231,18 @@ def test_filtered_slow_subscribers_are_cut_off_at_the_global_bound(cluster):
     """Filtered subscribers get their own copy of each update, so 40 slow
     ones would hold 40 copies; the global bound cuts off the subscribers
     holding the most, with a log line giving the numbers, while the tp keeps
-    acknowledging and a fast subscriber keeps receiving."""
+    acknowledging and a fast subscriber keeps receiving.
+
+    The fast one asks for one symbol, so it never holds the most: until
+    their kernel socket buffers fill (a few MB each), slow subscribers take
+    updates as fast as it does, and among equal holders equally far behind
+    the tp cannot tell them apart (it cuts the one idle longest)."""
     bound = 32 * MB
     db = tp_with(cluster, "--sub-memory-bytes-max", str(bound), "--sub-queue-bytes-max", str(1000 * MB))
     write(db, rows_body(ROWS_PER_WRITE))
     base = peak_rss(db)
     slow = [slow_subscriber(db.tp_port, tables=["trade"]) for _ in range(40)]
-    fast = FastSubscriber(db.tp_port)
+    fast = FastSubscriber(db.tp_port, symbols=["S1"])
     wait_until(lambda: len(db.status()["tp"]["subscribers"]) == 41, 20, "41 subscribers registered")
     for k in range(4):
         seq = write(db, rows_body(ROWS_PER_WRITE, first=(k + 1) * ROWS_PER_WRITE))

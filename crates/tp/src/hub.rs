@@ -7,7 +7,7 @@
 //! subscriber past its own bound (`--sub-queue-bytes-max`) cuts that
 //! subscriber off; one that would take all subscribers together past the
 //! global bound (`--sub-memory-bytes-max`) cuts off the subscriber holding
-//! the most (the stalest of equals) until it fits. Either way the reason is
+//! the most (of equals, the one furthest behind) until it fits. Either way the reason is
 //! logged with the numbers, and the subscriber reconnects from the sequence
 //! it has applied (the journal fills the gap). The journal thread that
 //! publishes is never the one that gives way.
@@ -340,7 +340,9 @@ impl Hub {
 }
 
 /// The open subscriber holding the most bytes; of equal holders, the one
-/// that has not written anything for longest.
+/// furthest behind (the lowest sequence it holds: a subscriber holding only
+/// the update being offered is not behind at all), then the one that has
+/// not written anything for longest.
 fn victim(subs: &[Arc<SubQueue>]) -> Option<(usize, Load)> {
     let mut best: Option<(usize, Load)> = None;
     for (i, s) in subs.iter().enumerate() {
@@ -348,7 +350,15 @@ fn victim(subs: &[Arc<SubQueue>]) -> Option<(usize, Load)> {
         let better = match &best {
             None => true,
             Some((_, b)) => {
-                load.held > b.held || (load.held == b.held && load.last_progress < b.last_progress)
+                (
+                    load.held,
+                    std::cmp::Reverse(load.oldest_seq),
+                    std::cmp::Reverse(load.last_progress),
+                ) > (
+                    b.held,
+                    std::cmp::Reverse(b.oldest_seq),
+                    std::cmp::Reverse(b.last_progress),
+                )
             }
         };
         if better {
@@ -586,6 +596,30 @@ mod tests {
         assert!(err.contains("cutting off a#1, which holds"), "{err}");
         let got = b.next_blocking().unwrap();
         assert_eq!(got.iter().map(|u| u.seq).collect::<Vec<_>>(), vec![2, 3]);
+    }
+
+    #[test]
+    fn of_equal_holders_the_one_furthest_behind_goes_first() {
+        let copy = only("trade")
+            .apply(&trades(1, 50), SubForm::Encoded)
+            .held_bytes();
+        let hub = Hub::new(0, false, 1 << 30, copy * 5 / 2);
+        let (fast, _) = hub.subscribe("fast", only("trade"), SubForm::Encoded);
+        let (slow, _) = hub.subscribe("slow", only("trade"), SubForm::Encoded);
+        hub.publish(trades(1, 50));
+        drop(fast.next_blocking().unwrap());
+        // slow is stuck writing seq 1, yet wrote something more recently
+        // than fast did: staleness alone would pick fast.
+        let stuck = slow.next_blocking().unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        drop(slow.hold_catchup(10, true, usize::MAX).unwrap());
+        // seq 2: fast takes its copy, slow's does not fit. Both hold one
+        // copy; fast holds only seq 2, slow still seq 1.
+        hub.publish(trades(2, 50));
+        let err = slow.next_blocking().unwrap_err();
+        assert!(err.contains("cutting off slow#2, which holds"), "{err}");
+        assert!(!fast.is_closed());
+        drop(stuck);
     }
 
     #[test]

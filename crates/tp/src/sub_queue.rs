@@ -46,6 +46,9 @@ enum OutKind {
 struct Out {
     charge: Arc<Charge>,
     kind: OutKind,
+    /// The update's sequence; 0 for catch-up holds (a catch-up is behind
+    /// every live update).
+    seq: u64,
 }
 
 struct QueueState {
@@ -58,7 +61,7 @@ struct QueueState {
     catchup_records: usize,
     next_ticket: u64,
     /// When the writer last finished writing something (or the queue was
-    /// made): the stalest of equal holders is cut off first.
+    /// made): of equal holders equally far behind, the stalest goes first.
     last_progress: Instant,
     closed: Option<String>,
 }
@@ -112,6 +115,9 @@ pub struct SubInfo {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Load {
     pub held: usize,
+    /// The lowest sequence among what it holds (0 while catching up;
+    /// u64::MAX when it holds nothing): how far behind it is.
+    pub oldest_seq: u64,
     pub queued: usize,
     pub writing: usize,
     pub catchup: usize,
@@ -272,6 +278,7 @@ impl SubQueue {
                             Out {
                                 charge: item.charge,
                                 kind: OutKind::Writing,
+                                seq: item.update.seq,
                             },
                         );
                         out.push(Delivered {
@@ -344,7 +351,14 @@ impl SubQueue {
                     } else {
                         OutKind::CatchupReader
                     };
-                    st.out.insert(ticket, Out { charge, kind });
+                    st.out.insert(
+                        ticket,
+                        Out {
+                            charge,
+                            kind,
+                            seq: 0,
+                        },
+                    );
                     return Ok(CatchupHold {
                         queue: self.clone(),
                         ticket,
@@ -374,8 +388,11 @@ impl SubQueue {
         if st.closed.is_some() {
             return None;
         }
+        let oldest_queued = st.items.front().map_or(u64::MAX, |i| i.update.seq);
+        let oldest_out = st.out.values().map(|o| o.seq).min().unwrap_or(u64::MAX);
         Some(Load {
             held: st.queued_bytes + st.writing_bytes + st.catchup_bytes,
+            oldest_seq: oldest_queued.min(oldest_out),
             queued: st.queued_bytes,
             writing: st.writing_bytes,
             catchup: st.catchup_bytes,
