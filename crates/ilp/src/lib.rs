@@ -16,8 +16,13 @@
 //!   backslash; tag keys, tag values and field keys also escape `=`.
 //!   A backslash before `\`, newline or CR also escapes it (the QuestDB
 //!   clients write those); a backslash before any other byte is kept.
-//! - A line needs at least one tag or one field. Runs of spaces between the
-//!   sections are tolerated, as is trailing space.
+//! - A line needs at least one field (InfluxDB's rule): a tag-only line
+//!   such as `trade,sym=A 1700000000000000000` would store a trade with no
+//!   price and no size, and is rejected. The one exception is a table whose
+//!   columns, but for its time column, are all symbols or strings: tags can
+//!   fill its rows whole, and QuestDB's clients write symbol-only rows so.
+//!   Runs of spaces between the sections are tolerated, as is trailing
+//!   space.
 //! - Lines end with `\n` or `\r\n`. Empty lines and lines whose first
 //!   non-blank byte is `#` are skipped (they still count for line numbers).
 //! - Line numbers count records: a quoted string may hold raw newlines
@@ -52,6 +57,31 @@
 //! field of that name if the line sets one, else `IlpOptions::now_ns`.
 //! Setting it both as a field and by the trailing timestamp is an error.
 //!
+//! Accepted timestamps, trailing or in a timestamp field, lie in
+//! `TIMESTAMP_NS_MIN ..= TIMESTAMP_NS_MAX`, 1678-01-01T00:00:00Z ..=
+//! 2261-12-31T23:59:59.999999999Z: the whole years that nanoseconds in an
+//! i64 hold. That keeps out kdb+'s null timestamp (`0Np`, i64::MIN) and its
+//! infinities (`0Wp` = i64::MAX, `-0Wp`), which a kdb+ client would read as
+//! missing or infinite, and leaves room for date arithmetic (a day's
+//! partition, a time bucket) without overflow.
+//!
+//! # Names, symbols and strings
+//!
+//! - Table and column names are the schema's (`[A-Za-z_][A-Za-z0-9_]*`); a
+//!   name holding a control character (bytes 0x00-0x1f and 0x7f, NUL above
+//!   all) is rejected as such rather than as an unknown name.
+//! - A symbol (a tag, or a quoted string, filling a symbol column) may hold
+//!   any UTF-8 text except control characters: symbols are identifiers
+//!   shown in logs, results and filters. Escaped spaces, commas and `=` are
+//!   ordinary symbol text; an escaped newline parses but is a control
+//!   character, so it is rejected.
+//! - A string (a quoted value, or a tag, filling a string column) may hold
+//!   any UTF-8 text except NUL: PostgreSQL's text type, which psql, psycopg
+//!   and JDBC receive, cannot carry it. Tabs, newlines and other control
+//!   characters are kept.
+//! - A quoted string filling a bytes column is binary data: NUL is kept.
+//! - Error messages write control characters as `\xNN`.
+//!
 //! # Other checks
 //!
 //! A column set twice in one line is an error. A keyed table needs every
@@ -68,6 +98,13 @@ use tickdb_core::{Batch, BatchBuilder, ColumnType, Schema, TableDef, TableKind};
 
 /// Default bound on one line, in bytes (including its newline).
 pub const LINE_BYTES_MAX: usize = 64 * 1024;
+
+/// Earliest accepted timestamp: 1678-01-01T00:00:00Z, in ns since the epoch.
+pub const TIMESTAMP_NS_MIN: i64 = -9_214_560_000_000_000_000;
+/// Latest accepted timestamp: 2261-12-31T23:59:59.999999999Z.
+pub const TIMESTAMP_NS_MAX: i64 = 9_214_646_399_999_999_999;
+/// The accepted range, as error messages and the docs write it.
+pub const TIMESTAMP_RANGE_TEXT: &str = "1678-01-01T00:00:00Z ..= 2261-12-31T23:59:59.999999999Z";
 
 /// Tables with more columns than this get a hash map for column lookup;
 /// smaller ones are scanned linearly, which is faster at that size.
@@ -182,6 +219,9 @@ struct TableCache<'s> {
     names: Option<HashMap<&'s [u8], usize>>,
     /// Bytes per row of the fixed-width parts, for `approx_bytes`.
     row_bytes: usize,
+    /// Every column but the designated time column is a symbol or a string,
+    /// so tags alone can fill a row (see `parse_rest`).
+    tags_fill_row: bool,
     /// Index into `IlpBatcher::open` of this table's builder, if open.
     open: Option<usize>,
 }
@@ -204,11 +244,15 @@ impl<'s> TableCache<'s> {
                 ColumnType::Bool => 1,
             })
             .sum();
+        let tags_fill_row = def.columns.iter().enumerate().all(|(i, c)| {
+            i == def.time_column || matches!(c.ty, ColumnType::Symbol | ColumnType::Str)
+        });
         TableCache {
             def,
             guesses: Vec::new(),
             names,
             row_bytes,
+            tags_fill_row,
             open: None,
         }
     }
@@ -268,7 +312,15 @@ impl<'s> Lookup<'s> {
                 self.last_table = Some(t);
                 Ok(t)
             }
-            None => Err(format!("unknown table '{}'", lossy(name))),
+            // Schema names are `[A-Za-z_][A-Za-z0-9_]*`, so a name that
+            // matched holds no control character: only a miss needs the check.
+            None => Err(match control_byte(name) {
+                Some((_, b)) => format!(
+                    "table name '{}' holds a control character (byte 0x{b:02x})",
+                    lossy(name)
+                ),
+                None => format!("unknown table '{}'", lossy(name)),
+            }),
         }
     }
 
@@ -279,13 +331,19 @@ impl<'s> Lookup<'s> {
             .expect("a table has its cache once it has a builder");
         let k = line.keys;
         line.keys += 1;
-        cache.column(name, k).ok_or_else(|| {
-            format!(
-                "unknown column '{}' in table '{}'",
-                lossy(name),
-                cache.def.name
-            )
-        })
+        cache
+            .column(name, k)
+            .ok_or_else(|| match control_byte(name) {
+                Some((_, b)) => format!(
+                    "column name '{}' holds a control character (byte 0x{b:02x})",
+                    lossy(name)
+                ),
+                None => format!(
+                    "unknown column '{}' in table '{}'",
+                    lossy(name),
+                    cache.def.name
+                ),
+            })
     }
 }
 
@@ -573,10 +631,10 @@ impl<'s> IlpBatcher<'s> {
             let s = std::str::from_utf8(val)
                 .map_err(|_| format!("tag '{}' is not valid UTF-8", cdef.name))?;
             match cdef.ty {
-                ColumnType::Symbol => builder.set(col, Value::Symbol(s)),
+                ColumnType::Symbol => builder.set(col, Value::Symbol(check_symbol(&cdef.name, s)?)),
                 ColumnType::Str => {
                     line.var_bytes += s.len();
-                    builder.set(col, Value::Str(s))
+                    builder.set(col, Value::Str(check_string(&cdef.name, s)?))
                 }
                 ty => {
                     return Err(format!(
@@ -713,11 +771,26 @@ impl<'s> IlpBatcher<'s> {
             }
             Stop::At(..) | Stop::More => unreachable!("the tag loop leaves only ' ' or a line end"),
         };
-        if tags == 0 && fields == 0 {
-            return Err(format!(
-                "line for table '{}' has no tags or fields",
-                self.schema.tables[line.t].name
-            ));
+        if fields == 0 {
+            let name = &self.schema.tables[line.t].name;
+            if tags == 0 {
+                return Err(format!("line for table '{name}' has no tags or fields"));
+            }
+            // InfluxDB requires a field in every line; a tag-only line for a
+            // table with value columns would store a row of nulls (a trade
+            // without price or size), which is a writer's bug. Tables that
+            // tags can fill whole take it: QuestDB's clients write
+            // symbol-only rows that way.
+            let fills = self.lookup.caches[line.t]
+                .as_ref()
+                .is_some_and(|c| c.tags_fill_row);
+            if !fills {
+                return Err(format!(
+                    "line for table '{name}' has tags but no fields; a line needs at least one \
+                     field (e.g. 'value=1.5') unless every column of the table but its time column \
+                     is a symbol or string"
+                ));
+            }
         }
         let ts = match ts_token {
             Some((s, e)) => Some(trailing_timestamp(&buf[s..e], self.opts.precision)?),
@@ -815,6 +888,16 @@ impl<'s> IlpBatcher<'s> {
                 lossy(text)
             )
         };
+        let timestamp = |ns: i64| {
+            check_timestamp(ns).map_err(|why| {
+                format!(
+                    "column '{}' in table '{}': timestamp '{}' {why}",
+                    cdef.name,
+                    def.name,
+                    lossy(text)
+                )
+            })
+        };
         let v = match (cdef.ty, value) {
             (ColumnType::F64, FieldValue::F64(x)) => Value::F64(x),
             (ColumnType::F64, FieldValue::Int(x)) => Value::F64(x as f64),
@@ -829,20 +912,20 @@ impl<'s> IlpBatcher<'s> {
             (ColumnType::I32, FieldValue::UInt(x)) => {
                 Value::I32(i32::try_from(x).map_err(|_| out_of_range(""))?)
             }
-            (ColumnType::Timestamp, FieldValue::TsNanos(x)) => Value::Timestamp(x),
+            (ColumnType::Timestamp, FieldValue::TsNanos(x)) => Value::Timestamp(timestamp(x)?),
             // QuestDB reads an integer into a timestamp column as micros.
             (ColumnType::Timestamp, FieldValue::TsMicros(x) | FieldValue::Int(x)) => {
-                Value::Timestamp(
+                Value::Timestamp(timestamp(
                     x.checked_mul(1_000)
                         .ok_or_else(|| out_of_range(" in nanoseconds"))?,
-                )
+                )?)
             }
             (ColumnType::Bool, FieldValue::Bool(x)) => Value::Bool(x),
             (ColumnType::Str, FieldValue::Str(s)) => {
                 line.var_bytes += s.len();
-                Value::Str(s)
+                Value::Str(check_string(&cdef.name, s)?)
             }
-            (ColumnType::Symbol, FieldValue::Str(s)) => Value::Symbol(s),
+            (ColumnType::Symbol, FieldValue::Str(s)) => Value::Symbol(check_symbol(&cdef.name, s)?),
             (ColumnType::Bytes, FieldValue::Str(s)) => {
                 line.var_bytes += s.len();
                 Value::Bytes(s.as_bytes())
@@ -908,13 +991,62 @@ fn trailing_timestamp(t: &[u8], precision: Precision) -> Result<i64, String> {
     };
     let v = scan::parse_i64(digits)
         .ok_or_else(|| format!("bad timestamp '{}': expected an integer", lossy(t)))?;
-    v.checked_mul(unit_ns).ok_or_else(|| {
+    let ns = v.checked_mul(unit_ns).ok_or_else(|| {
         format!(
             "timestamp '{}' is out of range in nanoseconds (precision {})",
             lossy(t),
             precision.name()
         )
-    })
+    })?;
+    check_timestamp(ns).map_err(|why| format!("timestamp '{}' {why}", lossy(t)))
+}
+
+/// Whether `ns` lies in `TIMESTAMP_NS_MIN ..= TIMESTAMP_NS_MAX`; `Err`
+/// completes a sentence naming the value.
+fn check_timestamp(ns: i64) -> Result<i64, String> {
+    if (TIMESTAMP_NS_MIN..=TIMESTAMP_NS_MAX).contains(&ns) {
+        Ok(ns)
+    } else {
+        Err(format!(
+            "is outside the accepted range {TIMESTAMP_RANGE_TEXT} ({ns} ns since the epoch)"
+        ))
+    }
+}
+
+/// The first C0 control character or DEL in `b`, with its index.
+#[inline]
+fn control_byte(b: &[u8]) -> Option<(usize, u8)> {
+    b.iter()
+        .position(|&c| c < 0x20 || c == 0x7f)
+        .map(|i| (i, b[i]))
+}
+
+/// A symbol is an identifier (kdb+'s sym): printed in logs, query results
+/// and filters, so control characters (NUL above all) are refused.
+#[inline]
+fn check_symbol<'a>(column: &str, s: &'a str) -> Result<&'a str, String> {
+    match control_byte(s.as_bytes()) {
+        None => Ok(s),
+        Some((at, b)) => Err(format!(
+            "symbol '{column}' holds a control character (byte 0x{b:02x} at byte {at} of '{}'); \
+             symbols may not hold control characters",
+            lossy(s.as_bytes())
+        )),
+    }
+}
+
+/// A string may hold any UTF-8 text but NUL: PostgreSQL's text type (what
+/// psql, psycopg and JDBC receive) cannot carry it, and C clients would cut
+/// the value there.
+#[inline]
+fn check_string<'a>(column: &str, s: &'a str) -> Result<&'a str, String> {
+    match s.bytes().position(|b| b == 0) {
+        None => Ok(s),
+        Some(at) => Err(format!(
+            "string '{column}' holds a NUL byte (at byte {at} of the value); strings may hold \
+             any UTF-8 text but NUL"
+        )),
+    }
 }
 
 /// Where a field's value text is in the buffer.
@@ -961,8 +1093,23 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
 }
 
+/// Bytes from the line as text for an error message: invalid UTF-8 is
+/// replaced and control characters are written `\xNN`, so a message never
+/// carries a raw NUL or line break into a log or a terminal.
 fn lossy(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
+    let text = String::from_utf8_lossy(b);
+    if control_byte(b).is_none() {
+        return text.into_owned();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if (c as u32) < 0x20 || c == '\x7f' {
+            out.push_str(&format!("\\x{:02x}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn show_byte(b: u8) -> String {

@@ -58,6 +58,15 @@ fn test_schema() -> Schema {
           { name = "k2", type = "i64" },
           { name = "v", type = "f64" },
         ]
+
+        [[table]]
+        name = "ref"
+        column = [
+          { name = "time", type = "timestamp" },
+          { name = "sym", type = "symbol" },
+          { name = "exch", type = "symbol" },
+          { name = "note", type = "string" },
+        ]
         "#,
         "test",
     )
@@ -348,10 +357,13 @@ fn tag_and_measurement_escapes() {
     .unwrap();
     let mut b = IlpBatcher::new(&schema, opts());
     b.push_line(br"t,sym=a\ b\,c\=d\\e v=1", 1).unwrap();
-    b.push_line(b"t,sym=new\\\nline v=2", 2).unwrap();
+    // A backslash-newline parses (the clients escape newlines so), but a
+    // symbol may not hold a line break: control_characters_in_symbols_are_rejected.
+    let e = b.push_line(b"t,sym=new\\\nline v=2", 2).unwrap_err();
+    assert!(e.to_string().contains("byte 0x0a"), "{e}");
     let batch = b.finish().remove(0);
+    assert_eq!(batch.rows, 1);
     assert_eq!(batch.columns[1].data.symbol(0), Some("a b,c=d\\e"));
-    assert_eq!(batch.columns[1].data.symbol(1), Some("new\nline"));
     // An escaped measurement that names no table names the unescaped name.
     let mut b = IlpBatcher::new(&schema, opts());
     let e = b.push_line(br"my\ table v=1", 4).unwrap_err();
@@ -484,7 +496,8 @@ fn precision_scales_the_trailing_timestamp() {
 
 #[test]
 fn missing_timestamp_uses_now() {
-    let b = parse("trade,sym=A price=1.0\ntrade,sym=A price=2.0   \ntrade,sym=B\n").unwrap();
+    let b =
+        parse("trade,sym=A price=1.0\ntrade,sym=A price=2.0   \ntrade,sym=B size=1i\n").unwrap();
     assert_eq!(b[0].rows, 3);
     assert_eq!(
         b[0].columns[0].data,
@@ -494,10 +507,188 @@ fn missing_timestamp_uses_now() {
 }
 
 #[test]
-fn tags_only_with_timestamp() {
-    let b = parse("trade,sym=A 77\n").unwrap();
-    assert_eq!(b[0].columns[0].data, ColumnData::Timestamp(vec![77]));
+fn lines_without_fields_are_rejected_where_tags_cannot_fill_the_row() {
+    // InfluxDB requires a field in every line: `trade,sym=A 77` would store
+    // a trade with no price and no size.
+    for text in ["trade,sym=A 77\n", "trade,sym=A\n", "trade,sym=A  \n"] {
+        let e = err(text);
+        assert!(e.starts_with("line 1: "), "{text:?}: {e}");
+        assert!(
+            e.contains("line for table 'trade' has tags but no fields"),
+            "{text:?}: {e}"
+        );
+    }
+    let e = err("trade,sym=A price=1.0 1\ntrade,sym=B 2\n");
+    assert!(e.starts_with("line 2: "), "{e}");
+    // A table whose columns tags can fill (symbols and strings besides its
+    // time column) takes tag-only lines, as QuestDB's clients write them
+    // for symbol-only rows.
+    let b = parse("ref,sym=A,exch=X 77\nref,sym=B,exch=Y,note=n\n").unwrap();
+    assert_eq!(b[0].rows, 2);
+    assert_eq!(b[0].columns[0].data, ColumnData::Timestamp(vec![77, NOW]));
     assert_eq!(b[0].columns[1].data.symbol(0), Some("A"));
+    assert_eq!(b[0].columns[2].data.symbol(1), Some("Y"));
+}
+
+#[test]
+fn control_characters_in_names_are_rejected() {
+    let cases: &[(&[u8], &str)] = &[
+        (
+            b"tra\x00de,sym=A price=1.0",
+            "table name 'tra\\x00de' holds a control character (byte 0x00)",
+        ),
+        (
+            b"trade\x01,sym=A price=1.0",
+            "table name 'trade\\x01' holds a control character (byte 0x01)",
+        ),
+        (
+            b"trade,s\x00ym=A price=1.0",
+            "column name 's\\x00ym' holds a control character (byte 0x00)",
+        ),
+        (
+            b"trade,sym=A pri\x7fce=1.0",
+            "column name 'pri\\x7fce' holds a control character (byte 0x7f)",
+        ),
+        (
+            b"trade,sym=A price=1.0,si\tze=1i",
+            "column name 'si\\x09ze' holds a control character (byte 0x09)",
+        ),
+    ];
+    let schema = test_schema();
+    for (line, want) in cases {
+        let mut b = IlpBatcher::new(&schema, opts());
+        let e = b.push_line(line, 3).unwrap_err().to_string();
+        assert_eq!(e, format!("line 3: {want}"), "{line:?}");
+        assert_eq!(b.rows(), 0);
+    }
+}
+
+#[test]
+fn control_characters_in_symbols_are_rejected() {
+    let cases: &[(&[u8], &str)] = &[
+        (b"trade,sym=A\x00B price=1.0", "byte 0x00"),
+        (b"trade,sym=\x00 price=1.0", "byte 0x00"),
+        (b"trade,sym=A\x1bB price=1.0", "byte 0x1b"),
+        (b"trade,sym=A\tB price=1.0", "byte 0x09"),
+        (b"trade,sym=A\x7f price=1.0", "byte 0x7f"),
+        // The clients' escaped newline parses, but makes a symbol with a
+        // line break in it.
+        (b"trade,sym=new\\\nline price=1.0", "byte 0x0a"),
+        // A quoted string into a symbol column is a symbol too.
+        (b"all sym=\"a\x00b\",l=1i", "byte 0x00"),
+        (b"all sym=\"a\rb\",l=1i", "byte 0x0d"),
+    ];
+    let schema = test_schema();
+    for (line, want) in cases {
+        let mut b = IlpBatcher::new(&schema, opts());
+        let e = b.push_line(line, 1).unwrap_err().to_string();
+        assert!(e.starts_with("line 1: symbol 'sym' "), "{line:?}: {e}");
+        assert!(e.contains("holds a control character"), "{line:?}: {e}");
+        assert!(e.contains(want), "{line:?}: {e}");
+        assert!(
+            !e.bytes().any(|c| c < 0x20),
+            "the message escapes it: {e:?}"
+        );
+        assert_eq!(b.rows(), 0);
+    }
+    // Escaped spaces, commas and equals signs are ordinary symbol text.
+    let b = parse("trade,sym=A\\ B\\,C\\=D price=1.0\n").unwrap();
+    assert_eq!(b[0].columns[1].data.symbol(0), Some("A B,C=D"));
+    // Non-ASCII text is not a control character.
+    let b = parse("trade,sym=ünï€ price=1.0\n").unwrap();
+    assert_eq!(b[0].columns[1].data.symbol(0), Some("ünï€"));
+}
+
+#[test]
+fn nul_in_strings_is_rejected_other_text_is_kept() {
+    let s = test_schema();
+    let def = s.table("all").unwrap();
+    let e = err("all s=\"a\0b\"\n");
+    assert_eq!(
+        e,
+        "line 1: string 's' holds a NUL byte (at byte 1 of the value); strings may hold any UTF-8 text but NUL"
+    );
+    // A tag filling a string column follows the string rule.
+    let e = err("ref,sym=A,note=x\0y\n");
+    assert!(e.contains("string 'note' holds a NUL byte"), "{e}");
+    // Tabs, raw newlines and other control characters are string text.
+    let b = one_all("all s=\"tab\there\nnext\x01\"\n");
+    assert_eq!(
+        col(&b, def, "s").data,
+        ColumnData::Str {
+            offsets: vec![0, 14],
+            data: b"tab\there\nnext\x01".to_vec()
+        }
+    );
+    // A bytes column holds binary data: NUL is data there.
+    let b = one_all("all raw=\"a\0b\"\n");
+    assert_eq!(
+        col(&b, def, "raw").data,
+        ColumnData::Bytes {
+            offsets: vec![0, 3],
+            data: b"a\0b".to_vec()
+        }
+    );
+}
+
+#[test]
+fn timestamps_outside_the_accepted_range_are_rejected() {
+    assert_eq!(TIMESTAMP_NS_MIN, -9_214_560_000_000_000_000);
+    assert_eq!(TIMESTAMP_NS_MAX, 9_214_646_399_999_999_999);
+    // kdb+'s null (0Np, i64::MIN) and infinities (0Wp, -0Wp) are out.
+    for t in [
+        i64::MIN,
+        -i64::MAX,
+        i64::MAX,
+        TIMESTAMP_NS_MIN - 1,
+        TIMESTAMP_NS_MAX + 1,
+    ] {
+        for text in [
+            format!("trade,sym=A price=1.0 {t}\n"),
+            format!("trade,sym=A price=1.0 {t}n\n"),
+            format!("all other_ts={t}n\n"),
+            format!("all ts={t}n,l=1i\n"),
+        ] {
+            let e = err(&text);
+            assert!(e.starts_with("line 1: "), "{text}: {e}");
+            assert!(
+                e.contains("outside the accepted range 1678-01-01T00:00:00Z ..= 2261-12-31T23:59:59.999999999Z"),
+                "{text}: {e}"
+            );
+        }
+    }
+    // Microseconds and other precisions land in the same check.
+    let e = err(&format!("all other_ts={}t\n", TIMESTAMP_NS_MIN / 1000 - 1));
+    assert!(e.contains("outside the accepted range"), "{e}");
+    let e = parse_with(
+        "trade,sym=A price=1.0 -9214560001\n",
+        IlpOptions {
+            precision: Precision::Seconds,
+            ..opts()
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("outside the accepted range"), "{e}");
+    // The bounds themselves are accepted.
+    for t in [TIMESTAMP_NS_MIN, -1, 0, TIMESTAMP_NS_MAX] {
+        let b = parse(&format!("trade,sym=A price=1.0 {t}\n")).unwrap();
+        assert_eq!(b[0].columns[0].data, ColumnData::Timestamp(vec![t]));
+        let b = one_all(&format!("all other_ts={t}n\n"));
+        assert_eq!(b.columns[8].data, ColumnData::Timestamp(vec![t]));
+    }
+    let b = parse_with(
+        "trade,sym=A price=1.0 -9214560000\n",
+        IlpOptions {
+            precision: Precision::Seconds,
+            ..opts()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        b[0].columns[0].data,
+        ColumnData::Timestamp(vec![TIMESTAMP_NS_MIN])
+    );
 }
 
 #[test]

@@ -297,6 +297,17 @@ fn encode_header_and_fixed(m: &Message, out: &mut Vec<u8>) {
 /// Reads one message. `Ok(None)` on a clean end of stream at a frame
 /// boundary; an end inside a frame is a protocol error.
 pub async fn read_message<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<Message>, NetError> {
+    read_message_max(r, FRAME_BYTES_MAX).await
+}
+
+/// `read_message` with a tighter bound on the body: a server reading from
+/// clients it does not trust bounds what one frame can make it hold (the tp
+/// takes a `Write` no larger than an HTTP write request). A longer frame is
+/// a protocol error before any of its body is read.
+pub async fn read_message_max<R: AsyncRead + Unpin>(
+    r: &mut R,
+    body_bytes_max: usize,
+) -> Result<Option<Message>, NetError> {
     let mut head = [0u8; FRAME_HEADER_BYTES];
     let mut got = 0;
     while got < head.len() {
@@ -312,6 +323,12 @@ pub async fn read_message<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<Mess
         got += n;
     }
     let (len, ty) = parse_header(&head)?;
+    if len > body_bytes_max {
+        return Err(NetError::Protocol(format!(
+            "{} frame of {len} bytes exceeds this reader's bound of {body_bytes_max} bytes",
+            type_name(ty)
+        )));
+    }
     // Grow the buffer as bytes arrive rather than trusting the length.
     let mut body = Vec::with_capacity(len.min(READ_CHUNK_BYTES));
     while body.len() < len {
@@ -714,6 +731,28 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("cannot fit"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_reader_can_bound_frames_tighter() {
+        let mut frame = Vec::new();
+        encode_message(
+            &Message::Write {
+                request_id: 1,
+                payload: vec![7; 100],
+            },
+            &mut frame,
+        );
+        let e = read_message_max(&mut &frame[..], 107)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "protocol error: Write frame of 108 bytes exceeds this reader's bound of 107 bytes"
+        );
+        let m = read_message_max(&mut &frame[..], 108).await.unwrap();
+        assert!(matches!(m, Some(Message::Write { request_id: 1, .. })));
     }
 
     #[test]

@@ -78,9 +78,46 @@ pub struct TpArgs {
     /// Largest HTTP write request body accepted, in bytes.
     #[arg(long, default_value_t = tickdb_tp::ingest::REQUEST_BYTES_MAX)]
     pub request_bytes_max: usize,
-    /// Bytes queued for one subscriber before it is cut off as too slow.
+    /// Bytes queued for one subscriber (or taken by its writer but not yet
+    /// written to its socket) before it is cut off as too slow.
     #[arg(long, default_value_t = tickdb_tp::hub::SUB_QUEUE_BYTES_MAX)]
     pub sub_queue_bytes_max: usize,
+    /// Bytes held for all subscribers together: queued updates, updates
+    /// being written, and journal records read ahead for catch-ups (an
+    /// update shared by many subscribers counts once). Publishing never
+    /// waits: an update that does not fit cuts off the subscriber holding
+    /// the most; catch-ups wait for room.
+    #[arg(long, default_value_t = tickdb_tp::sub_memory::SUB_MEMORY_BYTES_MAX,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub sub_memory_bytes_max: usize,
+    /// Connections open at once on the subscription port; more are sent
+    /// an Error frame and closed.
+    #[arg(long, default_value_t = tickdb_tp::sub_server::SUB_CONNECTIONS_MAX,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub sub_connections_max: usize,
+    /// Seconds a new subscription-port connection has to send its first
+    /// message (Subscribe or Write) before it is closed.
+    #[arg(long, default_value_t = tickdb_tp::sub_server::SUB_HANDSHAKE_TIMEOUT_S,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub sub_handshake_timeout_s: u64,
+    /// Seconds a publisher (Write frames on the subscription port, e.g.
+    /// tickdb agg) may send nothing before it is closed; 0 = never.
+    /// Subscribers are never timed out for being quiet.
+    #[arg(long, default_value_t = tickdb_tp::sub_server::PUBLISHER_IDLE_TIMEOUT_S)]
+    pub publisher_idle_timeout_s: u64,
+    /// Seconds an ILP TCP connection may send nothing before it is closed;
+    /// 0 = never.
+    #[arg(long, default_value_t = tickdb_tp::ilp_tcp::ILP_IDLE_TIMEOUT_S)]
+    pub ilp_idle_timeout_s: u64,
+    /// Seconds the bytes of an unfinished ILP TCP line have to complete it
+    /// before the connection is closed (slowloris clients); 0 = never.
+    #[arg(long, default_value_t = tickdb_tp::ilp_tcp::ILP_PARTIAL_LINE_TIMEOUT_S)]
+    pub ilp_partial_line_timeout_s: u64,
+    /// ILP TCP connections open at once; more are closed at once (ILP TCP
+    /// has no replies) with a log line.
+    #[arg(long, default_value_t = tickdb_tp::ilp_tcp::TCP_CONNECTIONS_MAX,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub ilp_connections_max: usize,
     /// Start even if the journal has corruption followed by valid records,
     /// a missing segment or a sequence gap: keep the longest consistent
     /// prefix and report what was dropped (moved aside, not deleted).

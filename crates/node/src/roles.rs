@@ -149,6 +149,13 @@ fn tp_config(a: &TpArgs, schema: Arc<Schema>, schema_toml: String) -> TpConfig {
         line_bytes_max: a.line_bytes_max,
         request_bytes_max: a.request_bytes_max,
         sub_queue_bytes_max: a.sub_queue_bytes_max,
+        sub_memory_bytes_max: a.sub_memory_bytes_max,
+        sub_connections_max: a.sub_connections_max,
+        sub_handshake_timeout_s: a.sub_handshake_timeout_s,
+        publisher_idle_timeout_s: a.publisher_idle_timeout_s,
+        ilp_idle_timeout_s: a.ilp_idle_timeout_s,
+        ilp_partial_line_timeout_s: a.ilp_partial_line_timeout_s,
+        ilp_connections_max: a.ilp_connections_max,
     }
 }
 

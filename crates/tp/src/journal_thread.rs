@@ -104,7 +104,9 @@ pub(crate) fn run(
                     hub.publish(Arc::new(Update {
                         seq,
                         batches: req.batches,
-                        payload: req.payload,
+                        // Shared from here on: every network subscriber
+                        // sends these very bytes.
+                        payload: bytes::Bytes::from(req.payload),
                         rows: req.rows,
                         time_ns: t,
                     }));

@@ -5,23 +5,31 @@
 //! - `tickerplant`: the handle every ingest path and subscriber uses
 //! - `journal_thread`: the single thread that owns the journal and the
 //!   sequence; group commit happens there
-//! - `hub`: subscribers, their filters and bounded queues, zero-latency or
-//!   timer publishing
+//! - `hub`: fan-out of updates to subscribers, zero-latency or timer
+//!   publishing, and whom to cut off when memory runs short
+//! - `sub_queue`: one subscriber's bounded queue and what it holds
+//! - `sub_memory`: the one bound on all subscriber buffer memory
+//! - `catchup`: a network subscriber's journal read-ahead, within that bound
 //! - `ingest`: ILP text → validated update
-//! - `ilp_tcp`: the ILP TCP listener
+//! - `ilp_tcp`: the ILP TCP listener (idle and partial-line timeouts)
 //! - `sub_server`: the subscription port remote rdbs (and the agg) use
+//! - `conn_limit`: the bound on connections per port
 
+pub mod catchup;
+pub mod conn_limit;
 pub mod error;
 pub mod hub;
 pub mod ilp_tcp;
 pub mod ingest;
 mod journal_thread;
+pub mod sub_memory;
+pub mod sub_queue;
 pub mod sub_server;
 pub mod tickerplant;
 
 pub use error::TpError;
-pub use hub::{SubFilter, SubQueue, Update};
-pub use tickerplant::{Subscription, Tickerplant, TpConfig, TpStatus};
+pub use hub::{Delivered, SubFilter, SubForm, SubQueue, Update};
+pub use tickerplant::{EncodedSubscription, Subscription, Tickerplant, TpConfig, TpStatus};
 
 /// Journal record kind of an update (tickdb-core codec payload).
 pub const RECORD_KIND_UPDATE: u8 = 1;

@@ -6,16 +6,48 @@
 //!   no gap, no duplicate (kdb+ `r.q`).
 //! - `Write { request_id, payload }`: a publisher (the aggregation engine);
 //!   each write is journaled and answered with `WriteAck`.
+//!
+//! What no client can do here: hold more than `--sub-connections-max`
+//! connections (more are told so in an `Error` frame and closed); keep a
+//! connection that has not sent its first message within
+//! `--sub-handshake-timeout-s`; keep a publisher connection that sends
+//! nothing for `--publisher-idle-timeout-s`; send a frame larger than an
+//! HTTP write request (`--request-bytes-max`); or make the tp hold its
+//! updates past the subscriber memory bounds (see `hub`). A subscriber cut
+//! off while its socket accepts nothing stops at once: its writes race the
+//! queue's closing. Subscribers are never timed out for being quiet: they
+//! receive, they need not send.
 
-use crate::hub::{SubFilter, Update};
+use crate::catchup;
+use crate::hub::SubFilter;
+use crate::sub_queue::SubQueue;
 use crate::tickerplant::Tickerplant;
+use std::future::Future;
 use std::sync::Arc;
-use tickdb_net::proto::{read_message, write_message, Message};
-use tokio::io::{AsyncWriteExt, BufWriter};
+use std::time::Duration;
+use tickdb_net::proto::{encode_message, read_message_max, write_message, Message};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 
-/// Journal records read ahead of the socket during catch-up.
-pub const CATCHUP_RECORDS_AHEAD: usize = 64;
+/// Default bound on connections open at once on the subscription port.
+pub const SUB_CONNECTIONS_MAX: usize = 256;
+/// Default time a new connection has to send its first message, in seconds.
+pub const SUB_HANDSHAKE_TIMEOUT_S: u64 = 10;
+/// Default time a publisher may send nothing before it is closed, in
+/// seconds (a feed of derived tables may be quiet for a while).
+pub const PUBLISHER_IDLE_TIMEOUT_S: u64 = 600;
+/// Bytes a connection buffers before a write: enough to send many small
+/// updates in one syscall, small enough that hundreds of idle subscribers
+/// cost little. Larger payloads go to the socket without a copy.
+pub const SUB_WRITE_BUFFER_BYTES: usize = 16 * 1024;
+/// How long the tp tries to send a closing `Error` frame to a peer that may
+/// not be reading, in milliseconds.
+pub const ERROR_SEND_TIMEOUT_MS: u64 = 1000;
+/// A `Write` body's bytes before its payload (the request id).
+const WRITE_FIXED_BYTES: usize = 8;
+
+type Writer = BufWriter<OwnedWriteHalf>;
 
 pub async fn serve(listener: TcpListener, tp: Arc<Tickerplant>) {
     loop {
@@ -23,206 +55,335 @@ pub async fn serve(listener: TcpListener, tp: Arc<Tickerplant>) {
             Ok(x) => x,
             Err(e) => {
                 tracing::warn!("subscription accept failed: {e}");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
+        };
+        let limit = tp.sub_connections();
+        let Some(permit) = limit.try_open() else {
+            // A fresh socket's send buffer is empty, so this small frame
+            // goes out at once: the accept loop never waits on a peer.
+            let mut frame = Vec::new();
+            encode_message(
+                &Message::Error {
+                    message: limit.refusal_message(),
+                },
+                &mut frame,
+            );
+            let _ = sock.try_write(&frame);
+            limit.note_refused(&peer.to_string());
+            continue;
         };
         let tp = tp.clone();
         tokio::spawn(async move {
             let _ = sock.set_nodelay(true);
-            if let Err(e) = connection(sock, &tp, &peer.to_string()).await {
-                tracing::warn!("subscriber {peer}: {e}");
-            }
+            connection(sock, &tp, &peer.to_string()).await;
+            drop(permit);
         });
     }
 }
 
-async fn connection(sock: TcpStream, tp: &Arc<Tickerplant>, peer: &str) -> Result<(), String> {
+async fn connection(sock: TcpStream, tp: &Arc<Tickerplant>, peer: &str) {
+    let cfg = tp.config();
+    let frame_max = cfg.request_bytes_max + WRITE_FIXED_BYTES;
     let (mut rd, wr) = sock.into_split();
-    let mut wr = BufWriter::with_capacity(1 << 20, wr);
-    let first = read_message(&mut rd).await.map_err(|e| e.to_string())?;
+    let mut wr = BufWriter::with_capacity(SUB_WRITE_BUFFER_BYTES, wr);
+    let handshake_s = cfg.sub_handshake_timeout_s.max(1);
+    let first = tokio::time::timeout(
+        Duration::from_secs(handshake_s),
+        read_message_max(&mut rd, frame_max),
+    )
+    .await;
+    let first = match first {
+        Err(_) => {
+            let msg = format!(
+                "no Subscribe or Write within {handshake_s} s (--sub-handshake-timeout-s); closing"
+            );
+            tracing::warn!("subscription port {peer}: {msg}");
+            send_error(&mut wr, &msg).await;
+            return;
+        }
+        Ok(Err(e)) => {
+            tracing::warn!("subscription port {peer}: {e}");
+            send_error(&mut wr, &e.to_string()).await;
+            return;
+        }
+        Ok(Ok(None)) => return,
+        Ok(Ok(Some(m))) => m,
+    };
     match first {
-        None => Ok(()),
-        Some(Message::Subscribe {
+        Message::Subscribe {
             from_seq,
             tables,
             symbols,
-        }) => {
-            for t in &tables {
-                if tp.schema().table(t).is_none() {
-                    let msg = format!("unknown table '{t}' in subscription");
-                    let _ = write_message(
-                        &mut wr,
-                        &Message::Error {
-                            message: msg.clone(),
-                        },
-                    )
-                    .await;
-                    let _ = wr.flush().await;
-                    return Err(msg);
-                }
+        } => {
+            if let Some(t) = tables.iter().find(|t| tp.schema().table(t).is_none()) {
+                let msg = format!("unknown table '{t}' in subscription");
+                tracing::warn!("subscriber {peer}: {msg}");
+                send_error(&mut wr, &msg).await;
+                return;
             }
             let filter = SubFilter {
                 tables: tables.into_iter().collect(),
                 symbols: symbols.into_iter().collect(),
             };
-            subscriber(rd, wr, tp, peer, filter, from_seq).await
+            match subscriber(rd, wr, tp, peer, filter, from_seq).await {
+                Ok(()) => tracing::debug!("subscriber {peer} closed"),
+                Err(stop) if stop.logged => tracing::debug!("subscriber {peer}: {}", stop.reason),
+                Err(stop) => tracing::warn!("subscriber {peer}: {}", stop.reason),
+            }
         }
-        Some(Message::Write {
+        Message::Write {
             request_id,
             payload,
-        }) => {
-            let mut next = Some((request_id, payload));
-            while let Some((request_id, payload)) = next.take() {
-                let ack = match tp.write_payload(&payload).await {
-                    Ok(seq) => Message::WriteAck {
-                        request_id,
-                        seq,
-                        error: None,
-                    },
-                    Err(e) => Message::WriteAck {
-                        request_id,
-                        seq: 0,
-                        error: Some(e.to_string()),
-                    },
-                };
-                write_message(&mut wr, &ack)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                wr.flush().await.map_err(|e| e.to_string())?;
-                match read_message(&mut rd).await.map_err(|e| e.to_string())? {
-                    None => return Ok(()),
-                    Some(Message::Write {
-                        request_id,
-                        payload,
-                    }) => next = Some((request_id, payload)),
-                    Some(other) => {
-                        return Err(format!("unexpected message after Write: {other:?}"))
-                    }
+        } => {
+            if let Err(e) = publisher(rd, wr, tp, peer, request_id, payload).await {
+                tracing::warn!("publisher {peer}: {e}");
+            }
+        }
+        other => {
+            let msg = format!("expected Subscribe or Write first, got {}", other.name());
+            tracing::warn!("subscription port {peer}: {msg}");
+            send_error(&mut wr, &msg).await;
+        }
+    }
+}
+
+/// Journals each `Write` and acknowledges it, until the publisher closes,
+/// misbehaves or sends nothing for `--publisher-idle-timeout-s`.
+async fn publisher(
+    mut rd: OwnedReadHalf,
+    mut wr: Writer,
+    tp: &Arc<Tickerplant>,
+    peer: &str,
+    request_id: u64,
+    payload: Vec<u8>,
+) -> Result<(), String> {
+    let cfg = tp.config();
+    let frame_max = cfg.request_bytes_max + WRITE_FIXED_BYTES;
+    let idle_s = cfg.publisher_idle_timeout_s;
+    let mut next = Some((request_id, payload));
+    while let Some((request_id, payload)) = next.take() {
+        let ack = match tp.write_payload(&payload).await {
+            Ok(seq) => Message::WriteAck {
+                request_id,
+                seq,
+                error: None,
+            },
+            Err(e) => Message::WriteAck {
+                request_id,
+                seq: 0,
+                error: Some(e.to_string()),
+            },
+        };
+        drop(payload);
+        // The idle time runs from the write's arrival: sending the ack to a
+        // publisher that reads nothing counts as idle too.
+        let ack_and_next = async {
+            write_message(&mut wr, &ack)
+                .await
+                .map_err(|e| e.to_string())?;
+            wr.flush().await.map_err(|e| e.to_string())?;
+            read_message_max(&mut rd, frame_max)
+                .await
+                .map_err(|e| e.to_string())
+        };
+        let got = if idle_s == 0 {
+            ack_and_next.await
+        } else {
+            match tokio::time::timeout(Duration::from_secs(idle_s), ack_and_next).await {
+                Ok(got) => got,
+                Err(_) => {
+                    let msg =
+                        format!("no Write for {idle_s} s (--publisher-idle-timeout-s); closing");
+                    tracing::info!("publisher {peer}: {msg}");
+                    send_error(&mut wr, &msg).await;
+                    return Ok(());
                 }
             }
-            Ok(())
+        };
+        match got? {
+            None => return Ok(()),
+            Some(Message::Write {
+                request_id,
+                payload,
+            }) => next = Some((request_id, payload)),
+            Some(other) => {
+                let msg = format!("unexpected {} after Write", other.name());
+                send_error(&mut wr, &msg).await;
+                return Err(msg);
+            }
         }
-        Some(other) => {
-            let msg = format!("expected Subscribe or Write first, got {other:?}");
-            let _ = write_message(
-                &mut wr,
-                &Message::Error {
-                    message: msg.clone(),
-                },
-            )
-            .await;
-            let _ = wr.flush().await;
-            Err(msg)
+    }
+    Ok(())
+}
+
+/// Why a subscriber's stream ended.
+struct Stop {
+    reason: String,
+    /// The stream may end inside a frame: an `Error` frame after it would
+    /// be garbage to the subscriber, so none is sent.
+    mid_frame: bool,
+    /// The queue was closed (cut off, or the tp stopping): whoever closed
+    /// it has logged why.
+    logged: bool,
+}
+
+impl Stop {
+    fn clean(reason: impl Into<String>) -> Stop {
+        Stop {
+            reason: reason.into(),
+            mid_frame: false,
+            logged: false,
+        }
+    }
+
+    /// The queue was closed while nothing was being written.
+    fn closed(reason: String) -> Stop {
+        Stop {
+            reason,
+            mid_frame: false,
+            logged: true,
         }
     }
 }
 
 async fn subscriber(
-    mut rd: tokio::net::tcp::OwnedReadHalf,
-    mut wr: BufWriter<tokio::net::tcp::OwnedWriteHalf>,
+    mut rd: OwnedReadHalf,
+    mut wr: Writer,
     tp: &Arc<Tickerplant>,
     peer: &str,
     filter: SubFilter,
     from_seq: u64,
-) -> Result<(), String> {
-    let sub = match tp.subscribe(&format!("rdb@{peer}"), filter.clone(), from_seq) {
-        Ok(s) => s,
-        Err(e) => {
-            // Tell the subscriber why, as the protocol promises, then close.
-            let message = e.to_string();
-            let _ = write_message(
-                &mut wr,
-                &Message::Error {
-                    message: message.clone(),
-                },
-            )
-            .await;
-            let _ = wr.flush().await;
-            return Err(message);
-        }
-    };
+) -> Result<(), Stop> {
+    let sub = tp.subscribe_encoded(&format!("rdb@{peer}"), filter.clone(), from_seq);
     let queue = sub.queue.clone();
-    let id = queue.id();
-    let result = async {
-        write_message(
-            &mut wr,
-            &Message::SubscribeOk {
-                current_seq: sub.current_seq,
-                schema_toml: tp.config().schema_toml.clone(),
-            },
-        )
-        .await
-        .map_err(|e| e.to_string())?;
-        if let Some(reader) = sub.catchup {
-            // The journal is read on a blocking thread, a bounded number of
-            // records ahead of the socket.
-            let (tx, mut rx) = tokio::sync::mpsc::channel(CATCHUP_RECORDS_AHEAD);
-            let reading = tokio::task::spawn_blocking(move || {
-                for rec in reader {
-                    let stop = rec.is_err();
-                    if tx.blocking_send(rec).is_err() || stop {
-                        break;
-                    }
-                }
-            });
-            while let Some(rec) = rx.recv().await {
-                let rec = rec.map_err(|e| format!("journal replay failed: {e}"))?;
-                let payload = if filter.is_all() {
-                    rec.payload
-                } else {
-                    let batches = tickdb_core::codec::decode(&rec.payload, None)
-                        .map_err(|e| format!("journal record {}: {e}", rec.seq))?;
-                    let u = Arc::new(Update {
-                        seq: rec.seq,
-                        rows: rec.rows as usize,
-                        batches,
-                        payload: Vec::new(),
-                        time_ns: rec.time_ns,
-                    });
-                    filter.apply(&u).payload.clone()
-                };
-                write_message(&mut wr, &Message::Update { seq: rec.seq, payload: payload.into() })
-                    .await
-                    .map_err(|e| e.to_string())?;
-            }
-            let _ = reading.await;
+    // A subscriber sends nothing after Subscribe, so the read side only
+    // tells when it goes away: also while its catch-up waits for memory,
+    // when nothing is written to notice a broken socket by.
+    let result = tokio::select! {
+        r = stream(&mut wr, tp, &queue, sub.current_seq, sub.catchup, filter) => r,
+        r = peer_gone(&mut rd) => r,
+    };
+    // Releases whatever is still held for it, also by the catch-up thread.
+    tp.unsubscribe(queue.id());
+    if let Err(stop) = &result {
+        if !stop.mid_frame {
+            send_error(&mut wr, &stop.reason).await;
         }
-        wr.flush().await.map_err(|e| e.to_string())?;
-        let mut probe = [0u8; 1];
-        loop {
-            tokio::select! {
-                got = queue.next() => {
-                    let updates = got?;
-                    for u in updates {
-                        write_message(&mut wr, &Message::Update { seq: u.seq, payload: u.payload.clone().into() })
-                            .await
-                            .map_err(|e| e.to_string())?;
-                    }
-                    wr.flush().await.map_err(|e| e.to_string())?;
-                }
-                // A subscriber sends nothing after Subscribe; a read returning
-                // means it closed the connection.
-                r = tokio::io::AsyncReadExt::read(&mut rd, &mut probe) => {
-                    match r {
-                        Ok(0) | Err(_) => return Ok(()),
-                        Ok(_) => return Err("unexpected bytes from subscriber".to_string()),
-                    }
-                }
-            }
-        }
-    }
-    .await;
-    tp.unsubscribe(id);
-    if let Err(reason) = &result {
-        let _ = write_message(
-            &mut wr,
-            &Message::Error {
-                message: reason.clone(),
-            },
-        )
-        .await;
-        let _ = wr.flush().await;
     }
     result
+}
+
+/// Resolves when the subscriber closes its connection (`Ok`), or sends
+/// something, which it must not.
+async fn peer_gone(rd: &mut OwnedReadHalf) -> Result<(), Stop> {
+    let mut probe = [0u8; 1];
+    match rd.read(&mut probe).await {
+        Ok(0) | Err(_) => Ok(()),
+        Ok(_) => Err(Stop::clean("unexpected bytes from subscriber")),
+    }
+}
+
+async fn stream(
+    wr: &mut Writer,
+    tp: &Arc<Tickerplant>,
+    queue: &Arc<SubQueue>,
+    current_seq: u64,
+    catchup: Option<(u64, u64)>,
+    filter: SubFilter,
+) -> Result<(), Stop> {
+    // The journal reader is opened, and its buffer counted, before
+    // SubscribeOk: a journal that no longer holds from_seq is refused first,
+    // as the protocol says.
+    let catchup = match catchup {
+        None => None,
+        Some((from, to)) => {
+            let (tp2, q2) = (tp.clone(), queue.clone());
+            match tokio::task::spawn_blocking(move || catchup::open(&tp2, &q2, from, to)).await {
+                Ok(Ok(c)) => Some(c),
+                Ok(Err(e)) if queue.is_closed() => return Err(Stop::closed(e)),
+                Ok(Err(e)) => return Err(Stop::clean(e)),
+                Err(e) => return Err(Stop::clean(format!("catch-up reader failed: {e}"))),
+            }
+        }
+    };
+    let ok = Message::SubscribeOk {
+        current_seq,
+        schema_toml: tp.config().schema_toml.clone(),
+    };
+    guarded(queue, async {
+        write_message(wr, &ok).await?;
+        wr.flush().await?;
+        Ok(())
+    })
+    .await?;
+    if let Some(c) = catchup {
+        let mut records = catchup::start(c, queue.clone(), filter);
+        while let Some(rec) = records.recv().await {
+            let rec = rec.map_err(Stop::clean)?;
+            let m = Message::Update {
+                seq: rec.seq,
+                payload: rec.payload,
+            };
+            guarded(queue, async { write_message(wr, &m).await }).await?;
+            // Written (into the socket or the small buffer): released.
+            drop(rec.hold);
+        }
+        // The channel also ends early when the queue was closed; then
+        // `next` below reports why, and no live update follows a gap.
+        guarded(queue, async { Ok(wr.flush().await?) }).await?;
+    }
+    loop {
+        let updates = queue.next().await.map_err(Stop::closed)?;
+        guarded(queue, async {
+            for u in updates {
+                let m = Message::Update {
+                    seq: u.seq,
+                    payload: u.payload.clone(),
+                };
+                write_message(wr, &m).await?;
+                // Dropping `u` releases it: it is in the socket or the
+                // small buffer now.
+            }
+            wr.flush().await?;
+            Ok(())
+        })
+        .await?;
+    }
+}
+
+/// Runs socket writes unless the queue is closed first (the subscriber
+/// was cut off or the tp is stopping): a peer that reads nothing must not
+/// keep the updates its writer holds, nor the connection.
+async fn guarded<F>(queue: &SubQueue, writes: F) -> Result<(), Stop>
+where
+    F: Future<Output = Result<(), tickdb_net::NetError>>,
+{
+    tokio::select! {
+        r = writes => r.map_err(|e| Stop {
+            reason: e.to_string(),
+            mid_frame: true,
+            logged: false,
+        }),
+        reason = queue.closed() => Err(Stop {
+            reason,
+            mid_frame: true,
+            logged: true,
+        }),
+    }
+}
+
+/// Tells the peer why the tp closes the connection, if it reads within
+/// `ERROR_SEND_TIMEOUT_MS`.
+async fn send_error(wr: &mut Writer, message: &str) {
+    let m = Message::Error {
+        message: message.to_string(),
+    };
+    let _ = tokio::time::timeout(Duration::from_millis(ERROR_SEND_TIMEOUT_MS), async {
+        write_message(wr, &m).await?;
+        wr.flush().await?;
+        Ok::<(), tickdb_net::NetError>(())
+    })
+    .await;
 }

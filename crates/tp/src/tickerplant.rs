@@ -2,9 +2,11 @@
 //! status, shutdown. Every ingest path (HTTP, ILP TCP, the subscription
 //! port's writes, the built-in demo feed) goes through `write`.
 
+use crate::conn_limit::ConnLimit;
 use crate::error::TpError;
-use crate::hub::{Hub, SubFilter, SubInfo, SubQueue};
+use crate::hub::{Hub, SubFilter, SubForm, SubInfo, SubQueue};
 use crate::journal_thread::{self, Counters, WriteReq};
+use crate::sub_memory::SubMemoryInfo;
 use parking_lot::Mutex;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -33,7 +35,52 @@ pub struct TpConfig {
     pub publish_interval_ms: u64,
     pub line_bytes_max: usize,
     pub request_bytes_max: usize,
+    /// One subscriber's bytes queued or being written before it is cut off.
     pub sub_queue_bytes_max: usize,
+    /// All subscribers' buffers together: queued, being written, and
+    /// journal records read ahead for catch-ups.
+    pub sub_memory_bytes_max: usize,
+    /// Connections open at once on the subscription port.
+    pub sub_connections_max: usize,
+    /// A subscription-port connection's first message (Subscribe or Write)
+    /// must arrive within this many seconds.
+    pub sub_handshake_timeout_s: u64,
+    /// A publisher (Write frames) sending nothing for this long is closed;
+    /// 0 = never. Subscribers are never timed out for being quiet.
+    pub publisher_idle_timeout_s: u64,
+    /// An ILP TCP connection sending nothing for this long is closed;
+    /// 0 = never.
+    pub ilp_idle_timeout_s: u64,
+    /// The bytes of an unfinished ILP TCP line must complete within this
+    /// many seconds of arriving.
+    pub ilp_partial_line_timeout_s: u64,
+    /// Connections open at once on the ILP TCP port.
+    pub ilp_connections_max: usize,
+}
+
+impl TpConfig {
+    /// A configuration with every bound and timeout at its default.
+    pub fn new(journal_dir: PathBuf, schema: Arc<Schema>, schema_toml: String) -> TpConfig {
+        TpConfig {
+            journal_dir,
+            schema,
+            schema_toml,
+            fsync: FsyncPolicy::Always,
+            recovery: RecoveryMode::Strict,
+            segment_bytes_max: tickdb_journal::SEGMENT_BYTES_MAX_DEFAULT,
+            publish_interval_ms: 0,
+            line_bytes_max: crate::ingest::LINE_BYTES_MAX,
+            request_bytes_max: crate::ingest::REQUEST_BYTES_MAX,
+            sub_queue_bytes_max: crate::hub::SUB_QUEUE_BYTES_MAX,
+            sub_memory_bytes_max: crate::sub_memory::SUB_MEMORY_BYTES_MAX,
+            sub_connections_max: crate::sub_server::SUB_CONNECTIONS_MAX,
+            sub_handshake_timeout_s: crate::sub_server::SUB_HANDSHAKE_TIMEOUT_S,
+            publisher_idle_timeout_s: crate::sub_server::PUBLISHER_IDLE_TIMEOUT_S,
+            ilp_idle_timeout_s: crate::ilp_tcp::ILP_IDLE_TIMEOUT_S,
+            ilp_partial_line_timeout_s: crate::ilp_tcp::ILP_PARTIAL_LINE_TIMEOUT_S,
+            ilp_connections_max: crate::ilp_tcp::TCP_CONNECTIONS_MAX,
+        }
+    }
 }
 
 pub struct Subscription {
@@ -42,6 +89,27 @@ pub struct Subscription {
     pub current_seq: u64,
     /// Journal records `from_seq..=current_seq` the subscriber still lacks.
     pub catchup: Option<JournalReader>,
+}
+
+/// A network subscriber's registration (`subscribe_encoded`): its queue
+/// gets the encoded form of each update, and it opens its own journal
+/// reader for the catch-up (see `catchup`), within the memory bound.
+pub struct EncodedSubscription {
+    pub queue: Arc<SubQueue>,
+    pub current_seq: u64,
+    /// The range `from..=to` still lacking, if any.
+    pub catchup: Option<(u64, u64)>,
+}
+
+/// Connections per port, for /status.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ConnectionsInfo {
+    pub ilp_tcp: usize,
+    pub ilp_tcp_max: usize,
+    pub ilp_tcp_refused: u64,
+    pub subscription: usize,
+    pub subscription_max: usize,
+    pub subscription_refused: u64,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -57,6 +125,10 @@ pub struct TpStatus {
     pub journal_dir: String,
     pub poisoned: Option<String>,
     pub subscribers: Vec<SubInfo>,
+    /// Bytes held for all subscribers together (an update shared by many
+    /// counts once), the bound, and how many were cut off to keep it.
+    pub subscriber_memory: SubMemoryInfo,
+    pub connections: ConnectionsInfo,
 }
 
 pub struct Tickerplant {
@@ -66,6 +138,8 @@ pub struct Tickerplant {
     counters: Arc<Counters>,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     stopping: Arc<std::sync::atomic::AtomicBool>,
+    ilp_connections: ConnLimit,
+    sub_connections: ConnLimit,
 }
 
 impl Tickerplant {
@@ -108,6 +182,7 @@ impl Tickerplant {
             last,
             cfg.publish_interval_ms > 0,
             cfg.sub_queue_bytes_max,
+            cfg.sub_memory_bytes_max,
         ));
         let counters = Arc::new(Counters::default());
         counters.seq.store(last, Ordering::Relaxed);
@@ -143,8 +218,20 @@ impl Tickerplant {
                     .map_err(|e| TpError::Io(format!("spawning timer thread: {e}")))?,
             );
         }
+        let ilp_connections = ConnLimit::new(
+            "ILP TCP",
+            "--ilp-connections-max",
+            cfg.ilp_connections_max.max(1),
+        );
+        let sub_connections = ConnLimit::new(
+            "subscriptions",
+            "--sub-connections-max",
+            cfg.sub_connections_max.max(1),
+        );
         Ok((
             Arc::new(Tickerplant {
+                ilp_connections,
+                sub_connections,
                 cfg,
                 tx: Mutex::new(Some(tx)),
                 hub,
@@ -162,6 +249,16 @@ impl Tickerplant {
 
     pub fn schema(&self) -> &Arc<Schema> {
         &self.cfg.schema
+    }
+
+    /// The bound on connections to the ILP TCP port.
+    pub fn ilp_connections(&self) -> &ConnLimit {
+        &self.ilp_connections
+    }
+
+    /// The bound on connections to the subscription port.
+    pub fn sub_connections(&self) -> &ConnLimit {
+        &self.sub_connections
     }
 
     fn request(
@@ -241,31 +338,22 @@ impl Tickerplant {
             .map_err(|e| TpError::Io(format!("trimming the journal: {e}")))
     }
 
-    /// Registers a subscriber that has applied everything before `from_seq`.
+    /// Registers a subscriber that has applied everything before `from_seq`
+    /// and applies decoded batches (the rdb inside `tickdb up`): it reads
+    /// the catch-up from the journal itself, a record at a time.
     pub fn subscribe(
         &self,
         name: &str,
         filter: SubFilter,
         from_seq: u64,
     ) -> Result<Subscription, TpError> {
-        let (queue, current_seq) = self.hub.subscribe(name, filter);
+        let (queue, current_seq) = self.hub.subscribe(name, filter, SubForm::Batches);
         let catchup = if from_seq <= current_seq {
-            match JournalReader::open(&self.cfg.journal_dir, from_seq.max(1), current_seq) {
+            match self.open_journal_reader(from_seq, current_seq) {
                 Ok(r) => Some(r),
                 Err(e) => {
                     self.hub.unsubscribe(queue.id());
-                    return Err(TpError::Io(match e {
-                        JournalError::MissingSegment {
-                            found, expected, ..
-                        } if expected < found => {
-                            format!(
-                                "the journal no longer holds seq {expected}: it starts at seq {found} \
-                                 (trimmed behind a checkpoint, or segments removed); subscribe from \
-                                 seq {found} or later"
-                            )
-                        }
-                        e => format!("opening journal for replay: {e}"),
-                    }));
+                    return Err(e);
                 }
             }
         } else {
@@ -275,6 +363,44 @@ impl Tickerplant {
             queue,
             current_seq,
             catchup,
+        })
+    }
+
+    /// Registers a network subscriber that has applied everything before
+    /// `from_seq`: its queue holds only the encoded updates.
+    pub fn subscribe_encoded(
+        &self,
+        name: &str,
+        filter: SubFilter,
+        from_seq: u64,
+    ) -> EncodedSubscription {
+        let (queue, current_seq) = self.hub.subscribe(name, filter, SubForm::Encoded);
+        EncodedSubscription {
+            queue,
+            current_seq,
+            catchup: (from_seq <= current_seq).then_some((from_seq.max(1), current_seq)),
+        }
+    }
+
+    /// A reader over journal records `from_seq..=to_seq` (committed).
+    pub fn open_journal_reader(
+        &self,
+        from_seq: u64,
+        to_seq: u64,
+    ) -> Result<JournalReader, TpError> {
+        JournalReader::open(&self.cfg.journal_dir, from_seq.max(1), to_seq).map_err(|e| {
+            TpError::Io(match e {
+                JournalError::MissingSegment {
+                    found, expected, ..
+                } if expected < found => {
+                    format!(
+                        "the journal no longer holds seq {expected}: it starts at seq {found} \
+                         (trimmed behind a checkpoint, or segments removed); subscribe from \
+                         seq {found} or later"
+                    )
+                }
+                e => format!("opening journal for replay: {e}"),
+            })
         })
     }
 
@@ -300,6 +426,15 @@ impl Tickerplant {
             journal_dir: self.cfg.journal_dir.display().to_string(),
             poisoned: c.poisoned.lock().clone(),
             subscribers: self.hub.subscribers(),
+            subscriber_memory: self.hub.memory().info(),
+            connections: ConnectionsInfo {
+                ilp_tcp: self.ilp_connections.open(),
+                ilp_tcp_max: self.ilp_connections.max(),
+                ilp_tcp_refused: self.ilp_connections.refused(),
+                subscription: self.sub_connections.open(),
+                subscription_max: self.sub_connections.max(),
+                subscription_refused: self.sub_connections.refused(),
+            },
         }
     }
 

@@ -5,21 +5,20 @@
 use std::sync::Arc;
 use tickdb_core::batch::Value;
 use tickdb_core::{Batch, BatchBuilder, Schema};
-use tickdb_journal::{Fault, FaultyStorage, FsyncPolicy, Op, RecoveryMode};
+use tickdb_journal::{Fault, FaultyStorage, Op};
 use tickdb_tp::{Tickerplant, TpConfig, TpError};
 
 fn config(dir: &std::path::Path) -> TpConfig {
     TpConfig {
-        journal_dir: dir.join("journal"),
-        schema: Arc::new(Schema::default_schema()),
-        schema_toml: tickdb_core::schema::DEFAULT_SCHEMA_TOML.to_string(),
-        fsync: FsyncPolicy::Always,
-        recovery: RecoveryMode::Strict,
         segment_bytes_max: 1 << 20,
-        publish_interval_ms: 0,
         line_bytes_max: 1 << 16,
         request_bytes_max: 1 << 26,
         sub_queue_bytes_max: 1 << 26,
+        ..TpConfig::new(
+            dir.join("journal"),
+            Arc::new(Schema::default_schema()),
+            tickdb_core::schema::DEFAULT_SCHEMA_TOML.to_string(),
+        )
     }
 }
 
