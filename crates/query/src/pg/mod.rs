@@ -50,7 +50,12 @@ use pgwire::api::auth::{
 };
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use futures::{SinkExt, StreamExt};
+use pgwire::api::portal::PortalExecutionState;
 use pgwire::api::results::QueryResponse;
+use pgwire::api::store::Entry;
+use pgwire::api::DEFAULT_NAME;
+use pgwire::messages::extendedquery::Execute;
 use pgwire::api::results::{FieldInfo, Response};
 use pgwire::api::stmt::QueryParser;
 use pgwire::api::store::PortalStore;
@@ -687,6 +692,69 @@ impl ExtendedQueryHandler for WithPositions {
 
     fn query_parser(&self) -> Arc<Self::QueryParser> {
         self.parser.clone()
+    }
+
+    /// Execute, with the rows of a query streamed as they are computed. The
+    /// library's own Execute first gathers every row of the portal into
+    /// memory (its `Portal::fetch` with no row limit collects them all), so
+    /// the common case (a query portal run to its end: psycopg, JDBC and
+    /// pandas all do that) is sent here row by row, under the connection's
+    /// write backpressure. Row-limited executes and resumed portals keep the
+    /// library's path.
+    async fn on_execute<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+        let portal = match client.portal_store().get_portal(name) {
+            Some(Entry::Value(p)) => Some(p),
+            _ => None,
+        };
+        let streamable = match &portal {
+            Some(p) => {
+                message.max_rows == 0
+                    && matches!(client.state(), pgwire::api::PgWireConnectionState::ReadyForQuery)
+                    && matches!(&p.statement.statement.1, Some((Statement::Query(_), _)))
+                    && matches!(*p.state().lock().await, PortalExecutionState::Initial)
+            }
+            None => false,
+        };
+        let Some(portal) = portal.filter(|_| streamable) else {
+            return self._on_execute(client, message).await;
+        };
+        let status = client.transaction_status();
+        client.set_state(pgwire::api::PgWireConnectionState::QueryInProgress);
+        match ExtendedQueryHandler::do_query(self, client, &portal, 0).await? {
+            Response::Query(mut q) => {
+                *portal.state().lock().await = PortalExecutionState::Finished;
+                let tag = q.command_tag().to_owned();
+                let mut rows = 0usize;
+                while let Some(row) = q.data_rows().next().await {
+                    client.feed(PgWireBackendMessage::DataRow(row?)).await?;
+                    rows += 1;
+                }
+                let done = pgwire::api::results::Tag::new(&tag).with_rows(rows);
+                client
+                    .send(PgWireBackendMessage::CommandComplete(done.into()))
+                    .await?;
+            }
+            Response::Execution(tag) => {
+                pgwire::api::query::send_execution_response(client, tag).await?;
+            }
+            _ => {
+                return Err(PgWireError::UserError(Box::new(ErrorInfo::new(
+                    "ERROR".to_string(),
+                    "0A000".to_string(),
+                    "this statement cannot run through the extended protocol here; send it as a simple query".to_string(),
+                ))))
+            }
+        }
+        client.set_state(pgwire::api::PgWireConnectionState::ReadyForQuery);
+        client.set_transaction_status(status);
+        Ok(())
     }
 
     async fn do_query<C>(
