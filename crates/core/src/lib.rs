@@ -9,6 +9,7 @@ pub mod domain;
 pub mod error;
 pub mod from_arrow;
 pub mod schema;
+mod schema_file;
 pub mod store;
 
 pub use batch::{Batch, BatchBuilder, Column, ColumnData};

@@ -107,13 +107,9 @@ async fn bind(ip: IpAddr, spec: &ListenSpec, what: &str) -> Result<TcpListener, 
 
 fn load_schema(args: &SchemaArgs) -> Result<(Schema, String), String> {
     match &args.schema {
-        Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .map_err(|e| format!("cannot read schema file {}: {e}", p.display()))?;
-            let schema =
-                Schema::parse(&text, &p.display().to_string()).map_err(|e| e.to_string())?;
-            Ok((schema, text))
-        }
+        // Regular files only, a bounded read, errors that never quote the
+        // file (see tickdb_core::schema::Schema::load).
+        Some(p) => Schema::load(p).map_err(|e| e.to_string()),
         None => Ok((
             Schema::default_schema(),
             tickdb_core::schema::DEFAULT_SCHEMA_TOML.to_string(),
