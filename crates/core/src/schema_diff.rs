@@ -121,7 +121,10 @@ impl fmt::Display for Difference {
                 write!(f, "table '{table}': kind {old} -> {new}")
             }
             Difference::Timestamp { table, old, new } => {
-                write!(f, "table '{table}': designated timestamp '{old}' -> '{new}'")
+                write!(
+                    f,
+                    "table '{table}': designated timestamp '{old}' -> '{new}'"
+                )
             }
             Difference::Index { table, old, new } => {
                 write!(f, "table '{table}': index column {old} -> {new}")
@@ -374,7 +377,10 @@ mod tests {
         c.tables[0].sym_column = None;
         match diff(&a, &c) {
             SchemaChange::Compatible(d) => {
-                assert_eq!(d[0].to_string(), "table 'trade': index column 'sym' -> none")
+                assert_eq!(
+                    d[0].to_string(),
+                    "table 'trade': index column 'sym' -> none"
+                )
             }
             other => panic!("{other:?}"),
         }

@@ -12,7 +12,7 @@ fn load_err(text: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("schema.toml");
     std::fs::write(&path, text).unwrap();
-    let e = Schema::load(&path).err().expect("must fail").to_string();
+    let e = Schema::load(&path).expect_err("must fail").to_string();
     assert!(
         e.contains(&path.display().to_string()),
         "error must name the file: {e}"
@@ -64,8 +64,7 @@ fn not_utf8_is_refused() {
 fn only_regular_files_are_read() {
     let t = Instant::now();
     let e = Schema::load(std::path::Path::new("/dev/zero"))
-        .err()
-        .expect("/dev/zero is not a schema")
+        .expect_err("/dev/zero is not a schema")
         .to_string();
     assert!(e.contains("not a regular file"), "{e}");
     let dir = tempfile::tempdir().unwrap();

@@ -117,11 +117,26 @@ fn load_schema(args: &SchemaArgs) -> Result<(Schema, String), String> {
     }
 }
 
-fn tp_config(a: &TpArgs, schema: Arc<Schema>, schema_toml: String) -> TpConfig {
+/// Where the schema came from, for the tp's messages (the journal's schema
+/// history names it when it refuses a schema).
+fn schema_origin(args: &SchemaArgs) -> String {
+    match &args.schema {
+        Some(p) => p.display().to_string(),
+        None => "the built-in schema".to_string(),
+    }
+}
+
+fn tp_config(
+    a: &TpArgs,
+    schema: Arc<Schema>,
+    schema_toml: String,
+    schema_origin: String,
+) -> TpConfig {
     TpConfig {
         journal_dir: a.data_dir.join("journal"),
         schema,
         schema_toml,
+        schema_origin,
         fsync: match a.fsync {
             FsyncArg::Always => FsyncPolicy::Always,
             FsyncArg::Interval => FsyncPolicy::IntervalMs(a.fsync_interval_ms.max(1)),
@@ -160,10 +175,11 @@ fn open_tp(
     a: &TpArgs,
     schema: Arc<Schema>,
     schema_toml: String,
+    schema_origin: String,
 ) -> Result<Arc<Tickerplant>, String> {
     check_data_dir(&a.data_dir)?;
-    let (tp, report) =
-        Tickerplant::open(tp_config(a, schema, schema_toml)).map_err(|e| e.to_string())?;
+    let (tp, report) = Tickerplant::open(tp_config(a, schema, schema_toml, schema_origin))
+        .map_err(|e| e.to_string())?;
     tracing::info!("journal {}: {report}", a.data_dir.join("journal").display());
     Ok(tp)
 }
@@ -227,7 +243,12 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
         let hot = std::thread::Builder::new()
             .name("hot-restart-reload".into())
             .spawn_scoped(s, || crate::persist::open(&a.hot));
-        let tp = open_tp(&a.tp, Arc::new(schema.clone()), toml.clone());
+        let tp = open_tp(
+            &a.tp,
+            Arc::new(schema.clone()),
+            toml.clone(),
+            schema_origin(&a.schema),
+        );
         let hot = match hot {
             Ok(h) => h
                 .join()
@@ -312,7 +333,7 @@ pub async fn tp(a: TpOnlyArgs) -> Result<(), String> {
     let http_l = bind(a.net.bind, &a.http_port, "HTTP").await?;
     let ilp_l = bind(a.net.bind, &a.tp.ilp_port, "ILP TCP").await?;
     let sub_l = bind(a.net.bind, &a.tp.tp_port, "tp subscriptions").await?;
-    let tp = open_tp(&a.tp, Arc::new(schema), toml)?;
+    let tp = open_tp(&a.tp, Arc::new(schema), toml, schema_origin(&a.schema))?;
     let state = AppState {
         tp: Some(tp.clone()),
         rdb: None,

@@ -10,16 +10,19 @@
 //! - `ingest`: ILP text → validated update
 //! - `ilp_tcp`: the ILP TCP listener
 //! - `sub_server`: the subscription port remote rdbs (and the agg) use
+//! - `schema_binding`: the journal's schema history: the schema is bound to
+//!   the journal it writes, changes are recorded or refused
 
 pub mod error;
 pub mod hub;
 pub mod ilp_tcp;
 pub mod ingest;
 mod journal_thread;
+pub mod schema_binding;
 pub mod sub_server;
 pub mod tickerplant;
 
-pub use error::TpError;
+pub use error::{OpenError, TpError};
 pub use hub::{SubFilter, SubQueue, Update};
 pub use tickerplant::{Subscription, Tickerplant, TpConfig, TpStatus};
 

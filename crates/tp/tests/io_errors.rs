@@ -13,6 +13,7 @@ fn config(dir: &std::path::Path) -> TpConfig {
         journal_dir: dir.join("journal"),
         schema: Arc::new(Schema::default_schema()),
         schema_toml: tickdb_core::schema::DEFAULT_SCHEMA_TOML.to_string(),
+        schema_origin: "the built-in schema".to_string(),
         fsync: FsyncPolicy::Always,
         recovery: RecoveryMode::Strict,
         segment_bytes_max: 1 << 20,
