@@ -73,8 +73,12 @@ pub struct Tickerplant {
 }
 
 impl Tickerplant {
-    /// Recovers the journal (see `tickdb_journal::Journal::open`) and starts
-    /// the journal thread, and the publish timer in timer mode.
+    /// Recovers the journal (see `tickdb_journal::Journal::open`), binds the
+    /// schema to it (`schema_binding::bind`: refused with
+    /// `OpenError::SchemaMismatch` if it does not fit the records already
+    /// journaled; a new or compatibly changed schema is recorded, durably,
+    /// before anything is appended) and starts the journal thread, and the
+    /// publish timer in timer mode.
     pub fn open(cfg: TpConfig) -> Result<(Arc<Tickerplant>, RecoveryReport), OpenError> {
         Self::open_with_storage(cfg, Arc::new(FsStorage))
     }
