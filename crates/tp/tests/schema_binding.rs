@@ -324,3 +324,26 @@ fn entries_past_a_cut_journal_are_moved_to_its_end() {
     tp.shutdown();
     assert_eq!(history(tmp.path()).entries().len(), 1);
 }
+
+/// The checked-in journal with a damaged schema history beside it (the
+/// journal crate's fixture `schema-v1-bitflip`): refused, naming the file
+/// and the entry, and the file is left as it was.
+#[test]
+fn a_checked_in_damaged_history_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = fixture(tmp.path());
+    let damaged = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../journal/tests/fixtures/schema-v1-bitflip/SCHEMA");
+    std::fs::copy(&damaged, SchemaHistory::path(&dir)).unwrap();
+    let before = snapshot(tmp.path());
+    let builtin = tickdb_core::schema::DEFAULT_SCHEMA_TOML;
+    let e = open(tmp.path(), builtin, "<built-in>")
+        .err()
+        .expect("refused");
+    let msg = e.to_string();
+    assert!(matches!(e, OpenError::Corrupt(_)), "{msg}");
+    assert!(msg.contains("SCHEMA at offset 122"), "{msg}");
+    assert!(msg.contains("entry 2 of 2 fails its CRC32C check"), "{msg}");
+    assert!(msg.contains("not rebuilt from a guess"), "{msg}");
+    assert_eq!(snapshot(tmp.path()), before);
+}
