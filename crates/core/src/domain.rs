@@ -36,12 +36,37 @@ impl Domain {
 /// SIMD kernels on their fast path.
 pub const REGION_ALIGN_BYTES: usize = 64;
 
-/// Per-domain byte counters, shared by every region a `Domains` hands out.
+/// Byte counters of everything a store allocates, shared by every region a
+/// `Domains` hands out and every `Tracked` structure. Each counter is
+/// adjusted where the memory is allocated and freed (a region's `Drop`, a
+/// `Tracked` guard's `set` and `Drop`), so reading them costs nothing and
+/// needs no walk over the data.
 #[derive(Debug, Default)]
 pub struct DomainStats {
+    /// Column chunk regions in DRAM.
     pub dram_bytes: AtomicU64,
+    /// Column chunk regions in fsmem.
     pub fsmem_bytes: AtomicU64,
     pub fsmem_files: AtomicU64,
+    /// Symbol tables (DRAM): the interned names' regions and the hash
+    /// tables that map a name to its id.
+    pub symbols_bytes: AtomicU64,
+    /// Per-chunk symbol row indexes in DRAM (an index in fsmem, where its
+    /// symbol column is, counts in `fsmem_bytes`).
+    pub indexes_bytes: AtomicU64,
+    /// Keyed tables' cached latest-row snapshots, the rows they copied (DRAM).
+    pub cache_bytes: AtomicU64,
+}
+
+/// What a region or a tracked structure is counted as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemUse {
+    /// Column chunk data in a domain.
+    Column(Domain),
+    Symbols,
+    /// A chunk's symbol index, in its symbol column's domain.
+    Index(Domain),
+    Cache,
 }
 
 impl DomainStats {
@@ -52,8 +77,67 @@ impl DomainStats {
         }
     }
 
+    fn use_counter(&self, u: MemUse) -> &AtomicU64 {
+        match u {
+            MemUse::Column(d) | MemUse::Index(d @ Domain::Fsmem) => self.counter(d),
+            MemUse::Index(Domain::Dram) => &self.indexes_bytes,
+            MemUse::Symbols => &self.symbols_bytes,
+            MemUse::Cache => &self.cache_bytes,
+        }
+    }
+
+    /// Bytes of column chunks in domain `d`.
     pub fn bytes(&self, d: Domain) -> u64 {
         self.counter(d).load(Ordering::Relaxed)
+    }
+
+    /// Bytes counted as `u`.
+    pub fn use_bytes(&self, u: MemUse) -> u64 {
+        self.use_counter(u).load(Ordering::Relaxed)
+    }
+}
+
+/// Counts the heap bytes of a structure that is not a region (a hash table,
+/// an index's vectors) for as long as it lives: the owner calls `set` when
+/// the structure's allocation changes, and the count goes back on drop.
+#[derive(Debug)]
+pub struct Tracked {
+    stats: Arc<DomainStats>,
+    what: MemUse,
+    bytes: u64,
+}
+
+impl Tracked {
+    pub fn new(stats: &Arc<DomainStats>, what: MemUse, bytes: u64) -> Tracked {
+        stats.use_counter(what).fetch_add(bytes, Ordering::Relaxed);
+        Tracked {
+            stats: stats.clone(),
+            what,
+            bytes,
+        }
+    }
+
+    /// The structure now holds `bytes`.
+    pub fn set(&mut self, bytes: u64) {
+        let c = self.stats.use_counter(self.what);
+        if bytes >= self.bytes {
+            c.fetch_add(bytes - self.bytes, Ordering::Relaxed);
+        } else {
+            c.fetch_sub(self.bytes - bytes, Ordering::Relaxed);
+        }
+        self.bytes = bytes;
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.stats
+            .use_counter(self.what)
+            .fetch_sub(self.bytes, Ordering::Relaxed);
     }
 }
 
@@ -100,8 +184,18 @@ impl Domains {
         self.fsmem_dir.is_some()
     }
 
-    /// A zeroed region of `bytes` bytes in `domain`.
+    /// A zeroed region of `bytes` bytes in `domain`, for column data.
     pub fn alloc(&self, domain: Domain, bytes: usize) -> Result<Region> {
+        self.alloc_for(MemUse::Column(domain), bytes)
+    }
+
+    /// A zeroed region of `bytes` bytes counted as `what`; column data and
+    /// indexes live in their column's domain, everything else in DRAM.
+    pub fn alloc_for(&self, what: MemUse, bytes: usize) -> Result<Region> {
+        let domain = match what {
+            MemUse::Column(d) | MemUse::Index(d) => d,
+            MemUse::Symbols | MemUse::Cache => Domain::Dram,
+        };
         let bytes = bytes
             .max(REGION_ALIGN_BYTES)
             .next_multiple_of(REGION_ALIGN_BYTES);
@@ -147,12 +241,13 @@ impl Domains {
             }
         };
         self.stats
-            .counter(domain)
+            .use_counter(what)
             .fetch_add(bytes as u64, Ordering::Relaxed);
         Ok(Region {
             backing,
             len: bytes,
             domain,
+            what,
             stats: self.stats.clone(),
         })
     }
@@ -179,6 +274,7 @@ pub struct Region {
     backing: Backing,
     len: usize,
     domain: Domain,
+    what: MemUse,
     stats: Arc<DomainStats>,
 }
 
@@ -211,7 +307,7 @@ impl Region {
 impl Drop for Region {
     fn drop(&mut self) {
         self.stats
-            .counter(self.domain)
+            .use_counter(self.what)
             .fetch_sub(self.len as u64, Ordering::Relaxed);
         match &self.backing {
             Backing::Heap { ptr, layout } => {

@@ -9,6 +9,8 @@ pub mod domain;
 pub mod error;
 pub mod from_arrow;
 pub mod schema;
+pub mod schema_diff;
+mod schema_file;
 pub mod store;
 
 pub use batch::{Batch, BatchBuilder, Column, ColumnData};

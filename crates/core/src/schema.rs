@@ -7,8 +7,12 @@
 
 use crate::domain::Domain;
 use crate::error::{CoreError, Result};
+use crate::schema_file;
 use serde::Deserialize;
 use std::collections::HashSet;
+use toml::Spanned;
+
+pub use crate::schema_file::SCHEMA_FILE_BYTES_MAX;
 
 /// The schema `tickdb` uses when no `--schema` file is given: the seeds'
 /// `trade` and `quote` tables, and the aggregation engine's keyed
@@ -134,34 +138,36 @@ pub struct Schema {
 #[serde(deny_unknown_fields)]
 struct SchemaFile {
     #[serde(default)]
-    table: Vec<TableFile>,
+    table: Vec<Spanned<TableFile>>,
 }
 
+// Every string is `Spanned`, so that a problem with it is reported by line
+// and column rather than by quoting it (see `schema_file`).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TableFile {
-    name: String,
+    name: Spanned<String>,
     #[serde(default)]
-    kind: Option<String>,
+    kind: Option<Spanned<String>>,
     #[serde(default)]
-    key: Vec<String>,
+    key: Vec<Spanned<String>>,
     #[serde(default)]
-    timestamp: Option<String>,
+    timestamp: Option<Spanned<String>>,
     #[serde(default)]
-    index: Option<String>,
+    index: Option<Spanned<String>>,
     #[serde(default)]
-    domain: Option<String>,
-    column: Vec<ColumnFile>,
+    domain: Option<Spanned<String>>,
+    column: Spanned<Vec<ColumnFile>>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ColumnFile {
-    name: String,
+    name: Spanned<String>,
     #[serde(rename = "type")]
-    ty: String,
+    ty: Spanned<String>,
     #[serde(default)]
-    domain: Option<String>,
+    domain: Option<Spanned<String>>,
 }
 
 fn valid_name(name: &str) -> bool {
@@ -169,6 +175,16 @@ fn valid_name(name: &str) -> bool {
         && name.len() <= NAME_BYTES_MAX
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
         && !name.starts_with(|c: char| c.is_ascii_digit())
+}
+
+/// `'name'` for a valid identifier; anything else from the file is never
+/// repeated in an error (see `schema_file`), the line and column say where.
+fn ident(name: &str) -> String {
+    if valid_name(name) {
+        format!("'{name}'")
+    } else {
+        "(not a valid name)".to_string()
+    }
 }
 
 impl Schema {
@@ -179,151 +195,203 @@ impl Schema {
         Schema::parse(DEFAULT_SCHEMA_TOML, "<built-in>").expect("built-in schema parses")
     }
 
-    pub fn load(path: &std::path::Path) -> Result<Schema> {
-        let text = std::fs::read_to_string(path).map_err(|e| CoreError::Schema {
-            path: path.display().to_string(),
-            reason: e.to_string(),
-        })?;
-        Schema::parse(&text, &path.display().to_string())
+    /// Reads and parses a schema file (`--schema FILE`); returns the schema
+    /// and its text (which subscribers and the journal's schema history
+    /// keep). Only a regular file of at most `SCHEMA_FILE_BYTES_MAX` bytes is
+    /// read, and no error quotes the file's contents (see `schema_file`).
+    pub fn load(path: &std::path::Path) -> Result<(Schema, String)> {
+        let text = crate::schema_file::read_schema_file(path)?;
+        let schema = Schema::parse(&text, &path.display().to_string())?;
+        Ok((schema, text))
     }
 
+    /// Parses schema text; `origin` names where it came from in errors (a
+    /// file, "schema from tp HOST:PORT", the journal's schema history).
     pub fn parse(text: &str, origin: &str) -> Result<Schema> {
         let err = |reason: String| CoreError::Schema {
             path: origin.to_string(),
             reason,
         };
-        let file: SchemaFile = toml::from_str(text).map_err(|e| err(e.to_string()))?;
+        let err_at = |span: std::ops::Range<usize>, reason: String| {
+            err(format!("{}{reason}", schema_file::at(text, Some(span))))
+        };
+        // Syntax first, on its own: the parser's messages never quote the
+        // input, the structural pass's (serde's) do and are rewritten.
+        toml::from_str::<toml::Table>(text)
+            .map_err(|e| err(schema_file::syntax_error(text, &e)))?;
+        let file: SchemaFile =
+            toml::from_str(text).map_err(|e| err(schema_file::structure_error(text, &e)))?;
         let mut tables = Vec::new();
         let mut names = HashSet::new();
         for t in file.table {
-            if !valid_name(&t.name) {
-                return Err(err(format!(
-                    "table name '{}' must be 1-{NAME_BYTES_MAX} ASCII letters, digits or '_' and not start with a digit",
-                    t.name
-                )));
+            let t_span = t.span();
+            let t = t.into_inner();
+            let tname = t.name.get_ref().clone();
+            if !valid_name(&tname) {
+                return Err(err_at(
+                    t.name.span(),
+                    format!(
+                        "bad table name: it must be 1-{NAME_BYTES_MAX} ASCII letters, digits or '_' and not start with a digit"
+                    ),
+                ));
             }
-            if !names.insert(t.name.clone()) {
-                return Err(err(format!("table '{}' is defined twice", t.name)));
+            if !names.insert(tname.clone()) {
+                return Err(err_at(
+                    t.name.span(),
+                    format!("table '{tname}' is defined twice"),
+                ));
             }
             let table_domain = match &t.domain {
-                Some(d) => Domain::parse(d).ok_or_else(|| {
-                    err(format!(
-                        "table '{}': unknown domain '{d}' (dram or fsmem)",
-                        t.name
-                    ))
+                Some(d) => Domain::parse(d.get_ref()).ok_or_else(|| {
+                    err_at(
+                        d.span(),
+                        format!("table '{tname}': unknown domain (dram or fsmem)"),
+                    )
                 })?,
                 None => Domain::Dram,
             };
-            if t.column.is_empty() || t.column.len() > COLUMNS_MAX {
-                return Err(err(format!(
-                    "table '{}' needs 1 to {COLUMNS_MAX} columns",
-                    t.name
-                )));
+            let cols = t.column.get_ref();
+            if cols.is_empty() || cols.len() > COLUMNS_MAX {
+                return Err(err_at(
+                    t.column.span(),
+                    format!("table '{tname}' needs 1 to {COLUMNS_MAX} columns"),
+                ));
             }
             let mut columns = Vec::new();
             let mut col_names = HashSet::new();
-            for c in &t.column {
-                if !valid_name(&c.name) {
-                    return Err(err(format!(
-                        "table '{}': bad column name '{}'",
-                        t.name, c.name
-                    )));
+            for c in cols {
+                let cname = c.name.get_ref();
+                if !valid_name(cname) {
+                    return Err(err_at(
+                        c.name.span(),
+                        format!(
+                            "table '{tname}': bad column name: it must be 1-{NAME_BYTES_MAX} ASCII letters, digits or '_' and not start with a digit"
+                        ),
+                    ));
                 }
-                if !col_names.insert(c.name.clone()) {
-                    return Err(err(format!(
-                        "table '{}': column '{}' is defined twice",
-                        t.name, c.name
-                    )));
+                if !col_names.insert(cname.clone()) {
+                    return Err(err_at(
+                        c.name.span(),
+                        format!("table '{tname}': column '{cname}' is defined twice"),
+                    ));
                 }
-                let ty = ColumnType::parse(&c.ty).ok_or_else(|| {
-                    err(format!(
-                        "table '{}' column '{}': unknown type '{}' (timestamp, symbol, f64, i64, i32, bool, string, bytes)",
-                        t.name, c.name, c.ty
-                    ))
+                let ty = ColumnType::parse(c.ty.get_ref()).ok_or_else(|| {
+                    err_at(
+                        c.ty.span(),
+                        format!(
+                            "table '{tname}' column '{cname}': unknown column type (timestamp, symbol, f64, i64, i32, bool, string, bytes)"
+                        ),
+                    )
                 })?;
                 let domain = match &c.domain {
-                    Some(d) => Domain::parse(d).ok_or_else(|| {
-                        err(format!(
-                            "table '{}' column '{}': unknown domain '{d}'",
-                            t.name, c.name
-                        ))
+                    Some(d) => Domain::parse(d.get_ref()).ok_or_else(|| {
+                        err_at(
+                            d.span(),
+                            format!(
+                                "table '{tname}' column '{cname}': unknown domain (dram or fsmem)"
+                            ),
+                        )
                     })?,
                     None => table_domain,
                 };
                 columns.push(ColumnDef {
-                    name: c.name.clone(),
+                    name: cname.clone(),
                     ty,
                     domain,
                 });
             }
-            let ts_name = t.timestamp.clone().unwrap_or_else(|| "time".to_string());
+            let (ts_name, ts_span) = match &t.timestamp {
+                Some(ts) => (ts.get_ref().clone(), ts.span()),
+                None => ("time".to_string(), t_span.clone()),
+            };
             let time_column = columns
                 .iter()
                 .position(|c| c.name == ts_name && c.ty == ColumnType::Timestamp)
                 .ok_or_else(|| {
-                    err(format!(
-                        "table '{}' needs a timestamp column named '{ts_name}' (set `timestamp = \"...\"` to use another)",
-                        t.name
-                    ))
+                    err_at(
+                        ts_span,
+                        format!(
+                            "table '{tname}' needs a timestamp column named {} (set `timestamp = \"...\"` to use another)",
+                            ident(&ts_name)
+                        ),
+                    )
                 })?;
             let sym_column = match &t.index {
                 Some(ix) => Some(
                     columns
                         .iter()
-                        .position(|c| &c.name == ix && c.ty == ColumnType::Symbol)
+                        .position(|c| &c.name == ix.get_ref() && c.ty == ColumnType::Symbol)
                         .ok_or_else(|| {
-                            err(format!(
-                                "table '{}': index column '{ix}' must be a symbol column",
-                                t.name
-                            ))
+                            err_at(
+                                ix.span(),
+                                format!(
+                                    "table '{tname}': index column {} must be a symbol column",
+                                    ident(ix.get_ref())
+                                ),
+                            )
                         })?,
                 ),
                 None => columns.iter().position(|c| c.ty == ColumnType::Symbol),
             };
-            let kind = match t.kind.as_deref().unwrap_or("append") {
+            let kind_span = t.kind.as_ref().map(|k| k.span()).unwrap_or(t_span.clone());
+            let kind = match t
+                .kind
+                .as_ref()
+                .map(|k| k.get_ref().as_str())
+                .unwrap_or("append")
+            {
                 "append" => {
-                    if !t.key.is_empty() {
-                        return Err(err(format!(
-                            "table '{}': `key` is only for keyed tables",
-                            t.name
-                        )));
+                    if let Some(k) = t.key.first() {
+                        return Err(err_at(
+                            k.span(),
+                            format!("table '{tname}': `key` is only for keyed tables"),
+                        ));
                     }
                     TableKind::Append
                 }
                 "keyed" => {
                     if t.key.is_empty() {
-                        return Err(err(format!(
-                            "keyed table '{}' needs `key = [\"col\", ...]`",
-                            t.name
-                        )));
+                        return Err(err_at(
+                            kind_span,
+                            format!("keyed table '{tname}' needs `key = [\"col\", ...]`"),
+                        ));
                     }
                     let mut key = Vec::new();
                     for k in &t.key {
-                        let i = columns.iter().position(|c| &c.name == k).ok_or_else(|| {
-                            err(format!(
-                                "table '{}': key column '{k}' is not defined",
-                                t.name
-                            ))
-                        })?;
+                        let i = columns
+                            .iter()
+                            .position(|c| &c.name == k.get_ref())
+                            .ok_or_else(|| {
+                                err_at(
+                                    k.span(),
+                                    format!(
+                                        "table '{tname}': key column {} is not defined",
+                                        ident(k.get_ref())
+                                    ),
+                                )
+                            })?;
                         if matches!(columns[i].ty, ColumnType::F64) {
-                            return Err(err(format!(
-                                "table '{}': key column '{k}' cannot be f64",
-                                t.name
-                            )));
+                            return Err(err_at(
+                                k.span(),
+                                format!(
+                                    "table '{tname}': key column '{}' cannot be f64",
+                                    columns[i].name
+                                ),
+                            ));
                         }
                         key.push(i);
                     }
                     TableKind::Keyed { key }
                 }
-                other => {
-                    return Err(err(format!(
-                        "table '{}': kind '{other}' must be append or keyed",
-                        t.name
-                    )))
+                _ => {
+                    return Err(err_at(
+                        kind_span,
+                        format!("table '{tname}': kind must be append or keyed"),
+                    ))
                 }
             };
             tables.push(TableDef {
-                name: t.name,
+                name: tname,
                 kind,
                 columns,
                 time_column,
@@ -434,7 +502,11 @@ mod tests {
         )
         .unwrap_err()
         .to_string();
-        assert!(e.contains("unknown type 'decimal'"), "{e}");
+        assert!(
+            e.contains("line 3, column 55: table 't' column 'x': unknown column type"),
+            "{e}"
+        );
+        assert!(!e.contains("decimal"), "{e}");
         let e = Schema::parse(
             "[[table]]\nname='t'\ncolumn=[{name='x',type='i64'}]",
             "f.toml",

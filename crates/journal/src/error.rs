@@ -68,6 +68,13 @@ pub enum JournalError {
     /// journal is reopened (the process restarted).
     #[error("journal poisoned by an earlier failure, restart to recover: {0}")]
     Poisoned(String),
+    /// A read-only tool (verify, repair) was pointed at a directory with no
+    /// segment: there is nothing to check, which must never read as "clean".
+    #[error(
+        "no journal here: {dir} holds no journal-*.log segments (looked for files named \
+         journal-<20-digit first seq>.log)"
+    )]
+    NoJournal { dir: PathBuf },
     /// The caller's request cannot be met (a payload too long, a sequence
     /// number that does not exist, a full write buffer).
     #[error("journal: bad input: {0}")]

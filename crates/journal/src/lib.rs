@@ -16,14 +16,21 @@
 //!   append and commit fails until it is reopened, because a retried fsync
 //!   can report success for data the kernel already dropped.
 //!
-//! All I/O of the writer, recovery and repair goes through the [`Storage`]
-//! trait: [`FsStorage`] for real files, [`FaultyStorage`] to inject faults.
+//! The journal directory also keeps the schema history ([`SchemaHistory`],
+//! the file `SCHEMA`): which schema the records were written under, from
+//! which sequence number on. The journal stores it and checks its framing;
+//! the tp decides what a schema means and whether a change is compatible.
+//!
+//! All I/O of the writer, recovery, repair and the schema history goes
+//! through the [`Storage`] trait: [`FsStorage`] for real files,
+//! [`FaultyStorage`] to inject faults.
 
 pub mod error;
 pub mod format;
 mod journal;
 mod reader;
 mod recovery;
+pub mod schema_history;
 pub mod storage;
 mod trim;
 
@@ -34,8 +41,9 @@ pub use journal::{
 };
 pub use reader::{JournalReader, Record};
 pub use recovery::{
-    plan_repair, repair, verify, Dropped, Problem, RecoveryReport, RepairReport, SegmentStats,
-    Truncation, VerifyReport,
+    plan_repair, repair, verify, verify_payloads, Dropped, PayloadCheck, Problem, RecoveryReport,
+    RepairReport, SegmentStats, Truncation, VerifyReport,
 };
+pub use schema_history::{SchemaEntry, SchemaHistory};
 pub use storage::{Fault, FaultyStorage, FsStorage, Op, Storage, StorageFile};
 pub use trim::{trim, TrimReport};

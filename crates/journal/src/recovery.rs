@@ -18,8 +18,9 @@ use std::path::{Path, PathBuf};
 use crate::error::JournalError;
 use crate::format::{
     check_record, decode_header, find_valid_record, parse_segment_file_name, HeaderProblem,
-    RecordCheck, SegmentHeader, SEGMENT_HEADER_BYTES, SEGMENT_VERSION,
+    RecordCheck, SegmentHeader, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES, SEGMENT_VERSION,
 };
+use crate::schema_history::SchemaHistory;
 use crate::storage::Storage;
 use crate::RecoveryMode;
 
@@ -726,6 +727,12 @@ pub struct VerifyReport {
     pub first_time_ns: Option<i64>,
     pub last_time_ns: Option<i64>,
     pub problems: Vec<Problem>,
+    /// The journal's schema history (None: the journal has none, or it is
+    /// damaged, which is then one of the `problems`).
+    pub schema_history: Option<SchemaHistory>,
+    /// Valid records whose payload the caller's check accepted or refused
+    /// (0 when verify ran without a payload check).
+    pub payloads_checked: u64,
 }
 
 impl VerifyReport {
@@ -734,23 +741,62 @@ impl VerifyReport {
     }
 }
 
+/// What a caller checks each valid record's payload with (the tp decodes it
+/// under the schema in force at its seq): given (seq, kind, payload), Err
+/// says why the payload is bad.
+pub type PayloadCheck<'a> = dyn FnMut(u64, u8, &[u8]) -> std::result::Result<(), String> + 'a;
+
 /// Reads the whole journal in `dir` and reports what is valid and every
 /// problem (file, offset, what), without changing anything. Unlike recovery
 /// it does not stop at the first problem: after a bad spot it resumes at the
 /// next valid record, so one report shows all the damage. Run it on a live
-/// journal and the tail being written may show as a torn tail.
+/// journal and the tail being written may show as a torn tail. It also reads
+/// the schema history (`SCHEMA`); a damaged one is a problem. A directory
+/// with no segment is `JournalError::NoJournal`: there is nothing to call
+/// clean.
 pub fn verify(dir: &Path) -> Result<VerifyReport> {
-    verify_with(&crate::storage::FsStorage, dir)
+    verify_with(&crate::storage::FsStorage, dir, None)
 }
 
-pub(crate) fn verify_with(storage: &dyn Storage, dir: &Path) -> Result<VerifyReport> {
+/// `verify`, and every valid record's payload passed to `check`; a payload
+/// it refuses is a problem at that record's file and offset.
+pub fn verify_payloads(dir: &Path, check: &mut PayloadCheck<'_>) -> Result<VerifyReport> {
+    verify_with(&crate::storage::FsStorage, dir, Some(check))
+}
+
+pub(crate) fn verify_with(
+    storage: &dyn Storage,
+    dir: &Path,
+    mut check: Option<&mut PayloadCheck<'_>>,
+) -> Result<VerifyReport> {
     let segs = list_segments(storage, dir)?;
+    if segs.is_empty() {
+        return Err(JournalError::NoJournal {
+            dir: dir.to_path_buf(),
+        });
+    }
     let mut rep = VerifyReport {
         dir: dir.to_path_buf(),
         ..Default::default()
     };
+    match SchemaHistory::read(storage, dir) {
+        Ok(h) => rep.schema_history = h,
+        Err(e @ (JournalError::Corrupt { .. } | JournalError::UnsupportedVersion { .. })) => {
+            let (file, offset) = match &e {
+                JournalError::Corrupt { file, offset, .. } => (file.clone(), *offset),
+                _ => (SchemaHistory::path(dir), 0),
+            };
+            rep.problems.push(Problem {
+                file,
+                offset,
+                what: e.to_string(),
+            });
+        }
+        Err(e) => return Err(e),
+    }
     let mut all = Totals::default();
     let mut expected: Option<u64> = None;
+    let mut payloads_checked = 0u64;
     for seg in &segs {
         let buf = storage
             .read_file(&seg.path)
@@ -793,6 +839,17 @@ pub(crate) fn verify_with(storage: &dyn Storage, dir: &Path) -> Result<VerifyRep
                             off as u64,
                             format!("sequence gap: expected seq {next}, found {}", h.seq),
                         );
+                    }
+                    if let Some(check) = check.as_mut() {
+                        let start = off + RECORD_HEADER_BYTES as usize;
+                        let payload = &buf[start..start + h.payload_len as usize];
+                        payloads_checked += 1;
+                        if let Err(why) = check(h.seq, h.kind, payload) {
+                            problem(
+                                off as u64,
+                                format!("record seq {} does not decode: {why}", h.seq),
+                            );
+                        }
                     }
                     seg_totals.add(h.seq, h.rows, h.time_ns);
                     next = h.seq + 1;
@@ -846,6 +903,7 @@ pub(crate) fn verify_with(storage: &dyn Storage, dir: &Path) -> Result<VerifyRep
     rep.last_seq = all.last_seq;
     rep.first_time_ns = all.first_time_ns;
     rep.last_time_ns = all.last_time_ns;
+    rep.payloads_checked = payloads_checked;
     Ok(rep)
 }
 
@@ -942,6 +1000,11 @@ impl fmt::Display for RepairReport {
 pub fn plan_repair(dir: &Path, backup_dir: &Path) -> Result<RepairReport> {
     let storage = crate::storage::FsStorage;
     let plan = plan(&storage, dir)?;
+    if plan.segs.is_empty() {
+        return Err(JournalError::NoJournal {
+            dir: dir.to_path_buf(),
+        });
+    }
     let mut dropped = Vec::new();
     if let Some(cut) = &plan.cut {
         if let Some((i, off)) = cut.truncate {
@@ -995,6 +1058,11 @@ pub(crate) fn repair_with(
         source: e,
     })?;
     let mut p = plan(storage, dir)?;
+    if p.segs.is_empty() {
+        return Err(JournalError::NoJournal {
+            dir: dir.to_path_buf(),
+        });
+    }
     let problem = p.cut.as_ref().map(|c| c.problem.to_string());
     let (_, dropped) = apply(storage, dir, &mut p, Save::All(backup_dir))?;
     Ok(RepairReport {

@@ -115,13 +115,9 @@ async fn bind(ip: IpAddr, spec: &ListenSpec, what: &str) -> Result<TcpListener, 
 
 fn load_schema(args: &SchemaArgs) -> Result<(Schema, String), String> {
     match &args.schema {
-        Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .map_err(|e| format!("cannot read schema file {}: {e}", p.display()))?;
-            let schema =
-                Schema::parse(&text, &p.display().to_string()).map_err(|e| e.to_string())?;
-            Ok((schema, text))
-        }
+        // Regular files only, a bounded read, errors that never quote the
+        // file (see tickdb_core::schema::Schema::load).
+        Some(p) => Schema::load(p).map_err(|e| e.to_string()),
         None => Ok((
             Schema::default_schema(),
             tickdb_core::schema::DEFAULT_SCHEMA_TOML.to_string(),
@@ -129,11 +125,26 @@ fn load_schema(args: &SchemaArgs) -> Result<(Schema, String), String> {
     }
 }
 
-fn tp_config(a: &TpArgs, schema: Arc<Schema>, schema_toml: String) -> TpConfig {
+/// Where the schema came from, for the tp's messages (the journal's schema
+/// history names it when it refuses a schema).
+fn schema_origin(args: &SchemaArgs) -> String {
+    match &args.schema {
+        Some(p) => p.display().to_string(),
+        None => "the built-in schema".to_string(),
+    }
+}
+
+fn tp_config(
+    a: &TpArgs,
+    schema: Arc<Schema>,
+    schema_toml: String,
+    schema_origin: String,
+) -> TpConfig {
     TpConfig {
         journal_dir: a.data_dir.join("journal"),
         schema,
         schema_toml,
+        schema_origin,
         fsync: match a.fsync {
             FsyncArg::Always => FsyncPolicy::Always,
             FsyncArg::Interval => FsyncPolicy::IntervalMs(a.fsync_interval_ms.max(1)),
@@ -179,10 +190,11 @@ fn open_tp(
     a: &TpArgs,
     schema: Arc<Schema>,
     schema_toml: String,
+    schema_origin: String,
 ) -> Result<Arc<Tickerplant>, String> {
     check_data_dir(&a.data_dir)?;
-    let (tp, report) =
-        Tickerplant::open(tp_config(a, schema, schema_toml)).map_err(|e| e.to_string())?;
+    let (tp, report) = Tickerplant::open(tp_config(a, schema, schema_toml, schema_origin))
+        .map_err(|e| e.to_string())?;
     tracing::info!("journal {}: {report}", a.data_dir.join("journal").display());
     Ok(tp)
 }
@@ -268,18 +280,19 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
     // The journal's recovery scan and the Hot Restart store's reload read
     // different directories and need each other only afterwards: a restart's
     // two longest reads run side by side.
-    let (hot_args, tp_args, tp_schema, tp_toml) = (
+    let (hot_args, tp_args, tp_schema, tp_toml, origin) = (
         a.hot.clone(),
         a.tp.clone(),
         Arc::new(schema.clone()),
         toml.clone(),
+        schema_origin(&a.schema),
     );
     let (hot, tp) = blocking("opening the journal", move || {
         Ok(std::thread::scope(|s| {
             let hot = std::thread::Builder::new()
                 .name("hot-restart-reload".into())
                 .spawn_scoped(s, || crate::persist::open(&hot_args));
-            let tp = open_tp(&tp_args, tp_schema, tp_toml);
+            let tp = open_tp(&tp_args, tp_schema, tp_toml, origin);
             let hot = match hot {
                 Ok(h) => h
                     .join()
@@ -373,9 +386,9 @@ pub async fn tp(a: TpOnlyArgs) -> Result<(), String> {
     let node = Node::new(Role::Tp);
     node.life.starting("opening the journal");
     start_http(http_l, &node, &a.http);
-    let tp_args = a.tp.clone();
+    let (tp_args, origin) = (a.tp.clone(), schema_origin(&a.schema));
     let tp = blocking("opening the journal", move || {
-        open_tp(&tp_args, Arc::new(schema), toml)
+        open_tp(&tp_args, Arc::new(schema), toml, origin)
     })
     .await?;
     node.set_tp(tp.clone());

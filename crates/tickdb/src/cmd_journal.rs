@@ -1,19 +1,33 @@
-//! `tickdb journal`: operator tools over a journal directory (verify,
-//! repair, dump, stats). They read the journal through tickdb-journal's
-//! public API and never write to it, except `repair --yes`, which takes the
+//! `tickdb journal`: operator tools over a journal (verify, repair, dump,
+//! stats, schema). They read the journal through tickdb-journal's public
+//! API and never write to it, except `repair --yes`, which takes the
 //! journal's lock (so it refuses to run beside a live tickerplant) and keeps
 //! a backup of every byte it cuts.
 //!
-//! Exit codes: 0 clean / done, 1 problems found, 2 cannot read the journal
-//! or the command was refused (e.g. `repair` without `--yes`).
+//! Every subcommand takes the journal directory or the data directory that
+//! holds it in `journal/`. A directory holding no segment is never called
+//! clean: the tools exit 2 and say what they looked for. Records are decoded
+//! under the schema in force at their sequence number, from the journal's
+//! schema history (`SCHEMA`).
+//!
+//! Exit codes: 0 clean / done, 1 problems found, 2 cannot read the journal,
+//! there is none, or the command was refused (e.g. `repair` without `--yes`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use tickdb_journal::{JournalReader, VerifyReport};
+use tickdb_journal::format::parse_segment_file_name;
+use tickdb_journal::{FsStorage, JournalError, JournalReader, SchemaHistory, VerifyReport};
+use tickdb_tp::schema_binding::RecordDecoder;
 
-/// Inspect, check and repair a tickerplant journal directory.
+/// Inspect, check and repair a tickerplant journal.
 #[derive(clap::Args, Debug)]
+#[command(
+    after_help = "DIR is the journal directory (it holds journal-<first seq>.log segments \
+    and the schema history SCHEMA) or the data directory that holds it in journal/ (the \
+    --data-dir of tickdb up and tickdb tp). A directory with no segment in either place is \
+    never reported clean: the command exits 2 with \"no journal here\"."
+)]
 pub struct JournalArgs {
     #[command(subcommand)]
     pub cmd: JournalCmd,
@@ -21,32 +35,35 @@ pub struct JournalArgs {
 
 #[derive(clap::Subcommand, Debug)]
 pub enum JournalCmd {
-    /// Read every segment and check every record's CRC and sequence number.
-    /// Prints record and row counts, bytes, first/last seq and time, and each
-    /// problem with its file and offset. Changes nothing.
-    /// Exit 0: clean; 1: problems found; 2: cannot read the journal.
+    /// Read every segment and check every record's CRC and sequence number,
+    /// and decode every record under the schema in force at its sequence
+    /// number (the journal's schema history). Prints record and row counts,
+    /// bytes, first/last seq and time, the schema history, and each problem
+    /// with its file and offset. Changes nothing.
+    /// Exit 0: clean; 1: problems found; 2: cannot read it, or no journal there.
     Verify {
-        /// The journal directory (holds journal-<first seq>.log segments).
+        /// The journal directory, or the data directory holding journal/.
         dir: PathBuf,
     },
     /// Cut the journal back to its longest consistent prefix, copying every
     /// byte it cuts into a backup directory first. Without --yes, only prints
     /// what it would do. Refuses while a tickerplant holds the journal.
-    /// Exit 0: repaired or nothing to do; 2: refused or failed.
+    /// Exit 0: repaired or nothing to do; 2: refused, failed, or no journal there.
     Repair {
-        /// The journal directory.
+        /// The journal directory, or the data directory holding journal/.
         dir: PathBuf,
         /// Really change the journal (otherwise: a dry run that exits 2 if a
         /// repair is needed).
         #[arg(long)]
         yes: bool,
-        /// Where to keep the cut bytes [default: DIR/repair-backup-<unix time>].
+        /// Where to keep the cut bytes [default: <journal dir>/repair-backup-<unix time>].
         #[arg(long)]
         backup: Option<PathBuf>,
     },
-    /// Print records: seq, time, kind, rows, and each batch's table and row count.
+    /// Print records: seq, time, kind, rows, and each batch's table and row
+    /// count, decoded under the schema in force at each record's seq.
     Dump {
-        /// The journal directory.
+        /// The journal directory, or the data directory holding journal/.
         dir: PathBuf,
         /// First sequence number to print.
         #[arg(long, default_value_t = 1)]
@@ -58,36 +75,144 @@ pub enum JournalCmd {
         #[arg(long)]
         rows: bool,
     },
-    /// Per-segment sizes, record counts and sequence ranges, and totals.
+    /// Per-segment sizes, record counts and sequence ranges, totals, and the
+    /// schema history (which schema is in force from which seq).
     Stats {
-        /// The journal directory.
+        /// The journal directory, or the data directory holding journal/.
         dir: PathBuf,
+    },
+    /// Print the schema (TOML, as it was given) the journal's records are
+    /// written under: pass it to `tickdb up --schema` to start under it.
+    /// Exit 2: no schema history (a journal from before tickdb recorded
+    /// schemas) or a damaged one.
+    Schema {
+        /// The journal directory, or the data directory holding journal/.
+        dir: PathBuf,
+        /// The schema in force at this sequence number [default: the current one].
+        #[arg(long)]
+        seq: Option<u64>,
     },
 }
 
 pub fn run(args: JournalArgs) -> ExitCode {
-    match args.cmd {
-        JournalCmd::Verify { dir } => verify(&dir),
-        JournalCmd::Repair { dir, yes, backup } => repair(&dir, yes, backup),
-        JournalCmd::Dump {
-            dir,
-            from,
-            limit,
-            rows,
-        } => dump(&dir, from, limit, rows),
-        JournalCmd::Stats { dir } => stats(&dir),
-    }
-}
-
-fn verify(dir: &Path) -> ExitCode {
-    let rep = match tickdb_journal::verify(dir) {
-        Ok(r) => r,
+    let (JournalCmd::Verify { dir }
+    | JournalCmd::Repair { dir, .. }
+    | JournalCmd::Dump { dir, .. }
+    | JournalCmd::Stats { dir }
+    | JournalCmd::Schema { dir, .. }) = &args.cmd;
+    let dir = match locate(dir) {
+        Ok(d) => d,
         Err(e) => {
-            eprintln!("error: cannot read journal {}: {e}", dir.display());
+            eprintln!("error: {e}");
             return ExitCode::from(2);
         }
     };
+    match args.cmd {
+        JournalCmd::Verify { .. } => verify(&dir),
+        JournalCmd::Repair { yes, backup, .. } => repair(&dir, yes, backup),
+        JournalCmd::Dump {
+            from, limit, rows, ..
+        } => dump(&dir, from, limit, rows),
+        JournalCmd::Stats { .. } => stats(&dir),
+        JournalCmd::Schema { seq, .. } => schema(&dir, seq),
+    }
+}
+
+/// The subdirectory of a data directory that holds the journal (`tickdb up
+/// --data-dir DIR` journals into DIR/journal).
+const DATA_DIR_JOURNAL: &str = "journal";
+
+/// The journal directory for `dir`: `dir` itself when it holds segments,
+/// else `dir/journal` when that does. Anything else is an error that says
+/// where it looked, so no tool ever reports on a directory with nothing in it.
+fn locate(dir: &Path) -> Result<PathBuf, String> {
+    let has_segments = |d: &Path| -> Result<bool, String> {
+        let entries = std::fs::read_dir(d)
+            .map_err(|e| format!("cannot read journal directory {}: {e}", d.display()))?;
+        Ok(entries.flatten().any(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(parse_segment_file_name)
+                .is_some()
+        }))
+    };
+    if has_segments(dir)? {
+        return Ok(dir.to_path_buf());
+    }
+    let sub = dir.join(DATA_DIR_JOURNAL);
+    if sub.is_dir() && has_segments(&sub)? {
+        return Ok(sub);
+    }
+    Err(format!(
+        "no journal here: {} holds no journal-*.log segments, and neither does {} \
+         (a journal directory holds files named journal-<20-digit first seq>.log; \
+         give the journal directory or the data directory that holds journal/)",
+        dir.display(),
+        sub.display()
+    ))
+}
+
+/// The journal's schema history and a decoder for it. Ok(None): the journal
+/// has none. Err: it has one this tool cannot use (damaged, or a schema this
+/// build cannot read); verify reports a damaged one as a problem itself.
+fn decoder(dir: &Path) -> Result<Option<(SchemaHistory, RecordDecoder)>, String> {
+    match SchemaHistory::read(&FsStorage, dir) {
+        Ok(None) => Ok(None),
+        Ok(Some(h)) => {
+            let d = RecordDecoder::new(&h).map_err(|e| {
+                format!("the schema history holds a schema this tickdb cannot read: {e}")
+            })?;
+            Ok(Some((h, d)))
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn cannot_read(dir: &Path, e: &JournalError) -> ExitCode {
+    match e {
+        JournalError::NoJournal { .. } => eprintln!("error: {e}"),
+        _ => eprintln!("error: cannot read journal {}: {e}", dir.display()),
+    }
+    ExitCode::from(2)
+}
+
+fn verify(dir: &Path) -> ExitCode {
+    let dec = decoder(dir);
+    let result = match &dec {
+        Ok(Some((_, d))) => {
+            tickdb_journal::verify_payloads(dir, &mut |seq, kind, p| d.check(seq, kind, p))
+        }
+        _ => tickdb_journal::verify(dir),
+    };
+    let mut rep = match result {
+        Ok(r) => r,
+        Err(e) => return cannot_read(dir, &e),
+    };
+    if let Err(e) = &dec {
+        // A damaged history is already one of verify's problems.
+        if rep.schema_history.is_some() {
+            rep.problems.push(tickdb_journal::Problem {
+                file: SchemaHistory::path(dir),
+                offset: 0,
+                what: e.clone(),
+            });
+        }
+    }
     print_summary(&rep);
+    print_history(rep.schema_history.as_ref());
+    if rep.schema_history.is_some() && dec.as_ref().is_ok_and(|d| d.is_some()) {
+        println!(
+            "payloads: {} decoded under the schema in force at their seq",
+            rep.payloads_checked
+        );
+    } else if rep.schema_history.is_none()
+        && rep.problems.iter().all(|p| !p.file.ends_with("SCHEMA"))
+    {
+        println!(
+            "payloads: not decoded: the journal has no schema history (written before tickdb \
+             recorded schemas; the tp records it at its next start)"
+        );
+    }
     if rep.problems.is_empty() {
         println!("problems: none");
         ExitCode::SUCCESS
@@ -116,6 +241,36 @@ fn print_summary(rep: &VerifyReport) {
     }
 }
 
+/// One line per schema history entry: from which seq, when recorded, and
+/// its tables.
+fn print_history(h: Option<&SchemaHistory>) {
+    let Some(h) = h else {
+        println!("schema:   no schema history");
+        return;
+    };
+    println!(
+        "schema:   {} entr{}",
+        h.entries().len(),
+        if h.entries().len() == 1 { "y" } else { "ies" }
+    );
+    for e in h.entries() {
+        let tables = match tickdb_core::Schema::parse(&e.text, "schema history") {
+            Ok(s) => s
+                .tables
+                .iter()
+                .map(|t| format!("{}({})", t.name, t.columns.len()))
+                .collect::<Vec<_>>()
+                .join(", "),
+            Err(err) => format!("(cannot be read by this tickdb: {err})"),
+        };
+        println!(
+            "  from seq {:<12} recorded {}  tables {tables}",
+            e.first_seq,
+            fmt_time(e.recorded_unix_ns)
+        );
+    }
+}
+
 fn repair(dir: &Path, yes: bool, backup: Option<PathBuf>) -> ExitCode {
     let backup = backup.unwrap_or_else(|| {
         let secs = std::time::SystemTime::now()
@@ -135,10 +290,7 @@ fn repair(dir: &Path, yes: bool, backup: Option<PathBuf>) -> ExitCode {
                 println!("dry run: nothing changed; rerun with --yes to repair");
                 ExitCode::from(2)
             }
-            Err(e) => {
-                eprintln!("error: cannot read journal {}: {e}", dir.display());
-                ExitCode::from(2)
-            }
+            Err(e) => cannot_read(dir, &e),
         };
     }
     match tickdb_journal::repair(dir, &backup) {
@@ -146,6 +298,7 @@ fn repair(dir: &Path, yes: bool, backup: Option<PathBuf>) -> ExitCode {
             println!("{rep}");
             ExitCode::SUCCESS
         }
+        Err(e @ JournalError::NoJournal { .. }) => cannot_read(dir, &e),
         Err(e) => {
             eprintln!("error: repair of {} failed: {e}", dir.display());
             ExitCode::from(2)
@@ -158,8 +311,16 @@ fn dump(dir: &Path, from: u64, limit: u64, rows: bool) -> ExitCode {
     // the dump cleanly instead of failing mid-record.
     let rep = match tickdb_journal::verify(dir) {
         Ok(r) => r,
+        Err(e) => return cannot_read(dir, &e),
+    };
+    let dec = match decoder(dir) {
+        Ok(Some((_, d))) => Some(d),
+        Ok(None) => {
+            println!("(no schema history: payloads are decoded without a schema)");
+            None
+        }
         Err(e) => {
-            eprintln!("error: cannot read journal {}: {e}", dir.display());
+            eprintln!("error: {e}");
             return ExitCode::from(2);
         }
     };
@@ -170,10 +331,7 @@ fn dump(dir: &Path, from: u64, limit: u64, rows: bool) -> ExitCode {
     let to = rep.last_seq.min(from.saturating_add(limit - 1));
     let reader = match JournalReader::open(dir, from, to) {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: cannot read journal {}: {e}", dir.display());
-            return ExitCode::from(2);
-        }
+        Err(e) => return cannot_read(dir, &e),
     };
     let mut code = ExitCode::SUCCESS;
     for item in reader {
@@ -192,7 +350,11 @@ fn dump(dir: &Path, from: u64, limit: u64, rows: bool) -> ExitCode {
             rec.rows,
             rec.payload.len()
         );
-        match tickdb_core::codec::decode(&rec.payload, None) {
+        let decoded = match &dec {
+            Some(d) => d.decode(rec.seq, rec.kind, &rec.payload),
+            None => tickdb_core::codec::decode(&rec.payload, None).map_err(|e| e.to_string()),
+        };
+        match decoded {
             Ok(batches) => {
                 for b in &batches {
                     println!("  table {} rows {}", b.table, b.rows);
@@ -208,6 +370,45 @@ fn dump(dir: &Path, from: u64, limit: u64, rows: bool) -> ExitCode {
         }
     }
     code
+}
+
+fn schema(dir: &Path, seq: Option<u64>) -> ExitCode {
+    let h = match SchemaHistory::read(&FsStorage, dir) {
+        Ok(Some(h)) => h,
+        Ok(None) => {
+            eprintln!(
+                "error: the journal {} has no schema history (written before tickdb recorded \
+                 schemas; the tp records one at its next start)",
+                dir.display()
+            );
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let entry = match seq {
+        None => Some(h.current()),
+        Some(s) => h.in_force_at(s),
+    };
+    match entry {
+        Some(e) => {
+            print!("{}", e.text);
+            if !e.text.ends_with('\n') {
+                println!();
+            }
+            ExitCode::SUCCESS
+        }
+        None => {
+            eprintln!(
+                "error: no schema is recorded for seq {}: the history starts at seq {}",
+                seq.unwrap_or(0),
+                h.entries()[0].first_seq
+            );
+            ExitCode::from(2)
+        }
+    }
 }
 
 /// Prints a batch's rows, one line each, columns in order.
@@ -249,10 +450,7 @@ fn slice<'a>(offsets: &[u32], data: &'a [u8], i: usize) -> Option<&'a [u8]> {
 fn stats(dir: &Path) -> ExitCode {
     let rep = match tickdb_journal::verify(dir) {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: cannot read journal {}: {e}", dir.display());
-            return ExitCode::from(2);
-        }
+        Err(e) => return cannot_read(dir, &e),
     };
     println!(
         "{:<34} {:>14} {:>10} {:>12} {:>20} {:>20}",
@@ -273,6 +471,7 @@ fn stats(dir: &Path) -> ExitCode {
         "{:<34} {:>14} {:>10} {:>12} {:>20} {:>20}",
         "total", rep.bytes, rep.records, rep.rows, rep.first_seq, rep.last_seq
     );
+    print_history(rep.schema_history.as_ref());
     if rep.problems.is_empty() {
         ExitCode::SUCCESS
     } else {
@@ -310,7 +509,28 @@ fn fmt_time(ns: i64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::fmt_time;
+    use super::{fmt_time, locate};
+
+    #[test]
+    fn locate_takes_the_journal_or_the_data_directory_and_nothing_else() {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path();
+        let e = locate(data).unwrap_err();
+        assert!(e.starts_with("no journal here: "), "{e}");
+        assert!(e.contains("journal-*.log"), "{e}");
+        let journal = data.join("journal");
+        std::fs::create_dir(&journal).unwrap();
+        // A journal directory with only a lock (or a history) holds no journal.
+        std::fs::write(journal.join("LOCK"), b"").unwrap();
+        assert!(locate(data).is_err());
+        assert!(locate(&journal).is_err());
+        std::fs::write(journal.join("journal-00000000000000000001.log"), b"x").unwrap();
+        assert_eq!(locate(data).unwrap(), journal);
+        assert_eq!(locate(&journal).unwrap(), journal);
+        assert!(locate(&data.join("missing"))
+            .unwrap_err()
+            .contains("cannot read"));
+    }
 
     #[test]
     fn formats_utc() {

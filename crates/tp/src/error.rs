@@ -1,5 +1,8 @@
-//! The tp's error enum: bad input from a client, a journal that can no longer
-//! acknowledge (I/O, poisoned), and shutdown.
+//! The tp's error enums. `TpError` is what a running tp answers a client
+//! with: bad input, a journal that can no longer acknowledge (I/O,
+//! poisoned), shutdown. `OpenError` is why a tp did not start: an
+//! operator's bad input (a schema that does not fit the journal),
+//! corruption on disk, or I/O; no client ever sees one.
 
 #[derive(Debug, thiserror::Error)]
 pub enum TpError {
@@ -18,6 +21,27 @@ pub enum TpError {
     Journal(String),
     #[error("tickerplant is shutting down")]
     Shutdown,
+    #[error("{0}")]
+    Io(String),
+}
+
+/// Why `Tickerplant::open` refused to start. Nothing was appended to the
+/// journal in any of these cases.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The schema given does not fit the journal's records (an incompatible
+    /// change, or records of a journal without a schema history that do not
+    /// decode under it).
+    #[error("{0}")]
+    SchemaMismatch(String),
+    /// The operator's configuration cannot be used as given.
+    #[error("{0}")]
+    BadInput(String),
+    /// Bytes on disk are damaged: the journal (strict recovery refused it)
+    /// or its schema history.
+    #[error("{0}")]
+    Corrupt(String),
+    /// The operating system failed an operation.
     #[error("{0}")]
     Io(String),
 }

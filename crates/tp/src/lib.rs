@@ -14,6 +14,8 @@
 //! - `ilp_tcp`: the ILP TCP listener (idle and partial-line timeouts)
 //! - `sub_server`: the subscription port remote rdbs (and the agg) use
 //! - `conn_limit`: the bound on connections per port
+//! - `schema_binding`: the journal's schema history: the schema is bound to
+//!   the journal it writes, changes are recorded or refused
 
 pub mod catchup;
 pub mod conn_limit;
@@ -22,12 +24,13 @@ pub mod hub;
 pub mod ilp_tcp;
 pub mod ingest;
 mod journal_thread;
+pub mod schema_binding;
 pub mod sub_memory;
 pub mod sub_queue;
 pub mod sub_server;
 pub mod tickerplant;
 
-pub use error::TpError;
+pub use error::{OpenError, TpError};
 pub use hub::{Delivered, SubFilter, SubForm, SubQueue, Update};
 pub use tickerplant::{EncodedSubscription, Subscription, Tickerplant, TpConfig, TpStatus};
 

@@ -3,7 +3,7 @@
 //! port's writes, the built-in demo feed) goes through `write`.
 
 use crate::conn_limit::ConnLimit;
-use crate::error::TpError;
+use crate::error::{OpenError, TpError};
 use crate::hub::{Hub, SubFilter, SubForm, SubInfo, SubQueue};
 use crate::journal_thread::{self, Counters, WriteReq};
 use crate::sub_memory::SubMemoryInfo;
@@ -26,8 +26,12 @@ pub const WRITE_QUEUE_REQUESTS_MAX: usize = 4096;
 pub struct TpConfig {
     pub journal_dir: PathBuf,
     pub schema: Arc<Schema>,
-    /// The schema's TOML text, sent to subscribers so an rdb needs no copy.
+    /// The schema's TOML text, sent to subscribers so an rdb needs no copy,
+    /// and recorded in the journal's schema history.
     pub schema_toml: String,
+    /// Where the schema came from (a file path, "the built-in schema"), for
+    /// messages.
+    pub schema_origin: String,
     pub fsync: FsyncPolicy,
     pub recovery: RecoveryMode,
     pub segment_bytes_max: u64,
@@ -65,6 +69,7 @@ impl TpConfig {
             journal_dir,
             schema,
             schema_toml,
+            schema_origin: "the built-in schema".to_string(),
             fsync: FsyncPolicy::Always,
             recovery: RecoveryMode::Strict,
             segment_bytes_max: tickdb_journal::SEGMENT_BYTES_MAX_DEFAULT,
@@ -143,9 +148,13 @@ pub struct Tickerplant {
 }
 
 impl Tickerplant {
-    /// Recovers the journal (see `tickdb_journal::Journal::open`) and starts
-    /// the journal thread, and the publish timer in timer mode.
-    pub fn open(cfg: TpConfig) -> Result<(Arc<Tickerplant>, RecoveryReport), TpError> {
+    /// Recovers the journal (see `tickdb_journal::Journal::open`), binds the
+    /// schema to it (`schema_binding::bind`: refused with
+    /// `OpenError::SchemaMismatch` if it does not fit the records already
+    /// journaled; a new or compatibly changed schema is recorded, durably,
+    /// before anything is appended) and starts the journal thread, and the
+    /// publish timer in timer mode.
+    pub fn open(cfg: TpConfig) -> Result<(Arc<Tickerplant>, RecoveryReport), OpenError> {
         Self::open_with_storage(cfg, Arc::new(FsStorage))
     }
 
@@ -154,9 +163,9 @@ impl Tickerplant {
     pub fn open_with_storage(
         cfg: TpConfig,
         storage: Arc<dyn Storage>,
-    ) -> Result<(Arc<Tickerplant>, RecoveryReport), TpError> {
+    ) -> Result<(Arc<Tickerplant>, RecoveryReport), OpenError> {
         std::fs::create_dir_all(&cfg.journal_dir).map_err(|e| {
-            TpError::Io(format!(
+            OpenError::Io(format!(
                 "cannot create journal directory {}: {e}",
                 cfg.journal_dir.display()
             ))
@@ -166,8 +175,8 @@ impl Tickerplant {
             fsync: cfg.fsync,
             recovery: cfg.recovery,
         };
-        let (journal, report) =
-            Journal::open_with(storage, &cfg.journal_dir, opts).map_err(|e| {
+        let (journal, report) = Journal::open_with(storage.clone(), &cfg.journal_dir, opts)
+            .map_err(|e| {
                 let hint = if e.is_corruption() && cfg.recovery == RecoveryMode::Strict {
                     ". Nothing was changed. Inspect with `tickdb journal verify DIR`; start with \
                      --recover-point-in-time to keep the longest consistent prefix (what is cut \
@@ -175,8 +184,32 @@ impl Tickerplant {
                 } else {
                     ""
                 };
-                TpError::Io(format!("journal {}: {e}{hint}", cfg.journal_dir.display()))
+                let msg = format!("journal {}: {e}{hint}", cfg.journal_dir.display());
+                if e.is_corruption() {
+                    OpenError::Corrupt(msg)
+                } else {
+                    OpenError::Io(msg)
+                }
             })?;
+        // Before anything is appended, and while the journal's lock is held:
+        // the schema must fit the records already there (refused otherwise,
+        // with nothing written), and a new or changed schema is recorded.
+        let bound = crate::schema_binding::bind(
+            &*storage,
+            &cfg.journal_dir,
+            &cfg.schema,
+            &cfg.schema_toml,
+            &cfg.schema_origin,
+            journal.last_seq(),
+        )?;
+        match &bound {
+            crate::schema_binding::Bound::Same => {
+                tracing::info!(journal = %cfg.journal_dir.display(), "{bound}")
+            }
+            _ => {
+                tracing::warn!(journal = %cfg.journal_dir.display(), schema = %cfg.schema_origin, "{bound}")
+            }
+        }
         let last = journal.last_seq();
         let hub = Arc::new(Hub::new(
             last,
@@ -198,7 +231,7 @@ impl Tickerplant {
                 std::thread::Builder::new()
                     .name("tp-journal".into())
                     .spawn(move || journal_thread::run(journal, rx, hub, counters))
-                    .map_err(|e| TpError::Io(format!("spawning journal thread: {e}")))?,
+                    .map_err(|e| OpenError::Io(format!("spawning journal thread: {e}")))?,
             );
         }
         let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -215,7 +248,7 @@ impl Tickerplant {
                             hub.flush();
                         }
                     })
-                    .map_err(|e| TpError::Io(format!("spawning timer thread: {e}")))?,
+                    .map_err(|e| OpenError::Io(format!("spawning timer thread: {e}")))?,
             );
         }
         let ilp_connections = ConnLimit::new(

@@ -278,10 +278,15 @@ impl ActiveChunk {
         let columns: Vec<ArrayRef> = super::snapshot::arrays_for(&view, dict, Some(domains))?;
         let batch = RecordBatch::try_new(schema.clone(), columns)
             .map_err(|e| crate::error::CoreError::Domain(format!("sealing chunk: {e}")))?;
-        let sym_index = sym_column.map(|c| {
-            let keys = super::snapshot::u32_slice(&view.regions.columns[c].values, view.len);
-            Arc::new(SymIndex::build(keys))
-        });
+        let sym_index = sym_column
+            .map(|c| {
+                let col = &view.regions.columns[c];
+                let keys = super::snapshot::u32_slice(&col.values, view.len);
+                SymIndex::build(keys)
+                    .place(domains, col.domain)
+                    .map(Arc::new)
+            })
+            .transpose()?;
         Ok(super::snapshot::ChunkSnapshot {
             batch,
             min_time: view.min_time,

@@ -19,7 +19,7 @@ pub use snapshot::{ChunkSnapshot, SymIndex, TableSnapshot};
 pub use table::{arrow_schema, TablePin};
 
 use crate::batch::Batch;
-use crate::domain::{Domain, Domains};
+use crate::domain::{Domain, Domains, MemUse};
 use crate::error::{CoreError, Result};
 use crate::schema::Schema;
 use std::collections::HashMap;
@@ -41,12 +41,36 @@ pub struct Store {
     by_name: HashMap<String, usize>,
 }
 
-/// Memory in use, per domain, in bytes.
+/// Memory the store holds, per domain, in bytes (`/status` `memory`).
+/// Every figure is a counter kept where the memory is allocated and freed,
+/// so reading it is O(1). Allocations are counted at their requested size
+/// (regions rounded up to 64 bytes; hash tables and indexes at their
+/// capacity); the allocator's own overhead and fragmentation are not, nor
+/// transient memory (a query's, an update being decoded).
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
 pub struct MemoryStats {
+    /// Heap (DRAM) bytes: the sum of `breakdown`.
     pub dram: u64,
+    /// Column chunks placed in fsmem (file-backed), with their symbol indexes.
     pub fsmem: u64,
     pub fsmem_files: u64,
+    pub breakdown: MemoryBreakdown,
+}
+
+/// What `MemoryStats::dram` is made of.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct MemoryBreakdown {
+    /// Column chunks placed in DRAM (values, offsets, string data, bitmaps).
+    pub columns: u64,
+    /// Symbol tables: interned names (with their offsets, in regions that
+    /// grow by doubling; an outgrown region lives on while older chunks or
+    /// snapshots still use it) and the hash tables from name to id.
+    pub symbols: u64,
+    /// Per-chunk symbol row indexes (kdb+ `g#`) of DRAM columns, built when
+    /// a chunk is sealed (an fsmem column's index is in fsmem with it).
+    pub indexes: u64,
+    /// Keyed tables' cached latest-row snapshots: the rows they copied.
+    pub keyed_cache: u64,
 }
 
 impl Store {
@@ -64,8 +88,8 @@ impl Store {
         let tables: Vec<Arc<TableStore>> = schema
             .tables
             .iter()
-            .map(|t| Arc::new(TableStore::new(Arc::new(t.clone()), domains.clone())))
-            .collect();
+            .map(|t| TableStore::new(Arc::new(t.clone()), domains.clone()).map(Arc::new))
+            .collect::<Result<_>>()?;
         let by_name = schema
             .tables
             .iter()
@@ -144,12 +168,20 @@ impl Store {
             .collect()
     }
 
+    /// What the store holds now, from counters (no walk over the data).
     pub fn memory(&self) -> MemoryStats {
         let s = self.domains.stats();
+        let breakdown = MemoryBreakdown {
+            columns: s.bytes(Domain::Dram),
+            symbols: s.use_bytes(MemUse::Symbols),
+            indexes: s.use_bytes(MemUse::Index(Domain::Dram)),
+            keyed_cache: s.use_bytes(MemUse::Cache),
+        };
         MemoryStats {
-            dram: s.bytes(Domain::Dram),
+            dram: breakdown.columns + breakdown.symbols + breakdown.indexes + breakdown.keyed_cache,
             fsmem: s.bytes(Domain::Fsmem),
             fsmem_files: s.fsmem_files.load(std::sync::atomic::Ordering::Relaxed),
+            breakdown,
         }
     }
 }

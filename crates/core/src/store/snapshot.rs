@@ -6,7 +6,7 @@
 //! fresh bitmaps, by the reader.
 
 use super::chunk::{ActiveView, ColumnRegions};
-use crate::domain::{Domains, Region};
+use crate::domain::{Domain, Domains, MemUse, Region};
 use crate::error::{CoreError, Result};
 use crate::schema::{ColumnType, TableDef};
 use arrow_array::types::UInt32Type;
@@ -24,14 +24,42 @@ use std::sync::Arc;
 /// Stored flat: the chunk's rows grouped by symbol, with each present id's
 /// range. It is built at every seal (every `CHUNK_ROWS_MAX` rows, on the
 /// apply path), so it is a counting sort over the chunk's ids: two linear
-/// passes and three allocations, not a map insert per row.
-#[derive(Debug, Default)]
+/// passes, not a map insert per row.
+///
+/// One array of u32 words: `ids` (the ids present, ascending), `starts`
+/// (`rows[starts[i]..starts[i + 1]]` are the rows of `ids[i]`), `rows`. The
+/// store moves it into a region of the symbol column's domain when it seals
+/// the chunk (`place`): an index is part of its chunk, so a table placed in
+/// fsmem keeps its index there too, and the region counts its bytes.
 pub struct SymIndex {
-    /// The ids present, ascending.
-    ids: Vec<u32>,
-    /// `rows[starts[i]..starts[i + 1]]` are the rows of `ids[i]`.
-    starts: Vec<u32>,
-    rows: Vec<u32>,
+    n_ids: usize,
+    n_rows: usize,
+    words: Words,
+}
+
+enum Words {
+    Heap(Vec<u32>),
+    Region(Arc<Region>),
+}
+
+impl std::fmt::Debug for SymIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SymIndex")
+            .field("symbols", &self.n_ids)
+            .field("rows", &self.n_rows)
+            .field("in_region", &matches!(self.words, Words::Region(_)))
+            .finish()
+    }
+}
+
+impl Default for SymIndex {
+    fn default() -> SymIndex {
+        SymIndex {
+            n_ids: 0,
+            n_rows: 0,
+            words: Words::Heap(Vec::new()),
+        }
+    }
 }
 
 /// Ids up to this many times the chunk's rows (or `CHUNK_ROWS_MAX`) are
@@ -53,26 +81,33 @@ impl SymIndex {
         for &k in keys {
             next[k as usize] += 1;
         }
-        let mut ids = Vec::new();
-        let mut starts = Vec::new();
+        let n_ids = next.iter().filter(|n| **n > 0).count();
+        let mut words = vec![0u32; 2 * n_ids + 1 + keys.len()];
+        let (ids, rest) = words.split_at_mut(n_ids);
+        let (starts, rows) = rest.split_at_mut(n_ids + 1);
         let mut at = 0u32;
+        let mut i = 0;
         for (id, n) in next.iter_mut().enumerate() {
             if *n > 0 {
-                ids.push(id as u32);
-                starts.push(at);
+                ids[i] = id as u32;
+                starts[i] = at;
+                i += 1;
                 let count = *n;
                 *n = at;
                 at += count;
             }
         }
-        starts.push(at);
-        let mut rows = vec![0u32; keys.len()];
+        starts[n_ids] = at;
         for (row, &k) in keys.iter().enumerate() {
             let slot = &mut next[k as usize];
             rows[*slot as usize] = row as u32;
             *slot += 1;
         }
-        SymIndex { ids, starts, rows }
+        SymIndex {
+            n_ids,
+            n_rows: keys.len(),
+            words: Words::Heap(words),
+        }
     }
 
     fn build_sparse(keys: &[u32]) -> SymIndex {
@@ -82,29 +117,77 @@ impl SymIndex {
             .map(|(row, &k)| (k, row as u32))
             .collect();
         pairs.sort_unstable();
-        let mut ids = Vec::new();
-        let mut starts = Vec::new();
-        for (i, &(k, _)) in pairs.iter().enumerate() {
-            if ids.last() != Some(&k) {
-                ids.push(k);
-                starts.push(i as u32);
+        let n_ids = 1 + pairs.windows(2).filter(|w| w[0].0 != w[1].0).count();
+        let mut words = vec![0u32; 2 * n_ids + 1 + keys.len()];
+        let (ids, rest) = words.split_at_mut(n_ids);
+        let (starts, rows) = rest.split_at_mut(n_ids + 1);
+        let mut i = 0;
+        for (at, &(k, row)) in pairs.iter().enumerate() {
+            if at == 0 || pairs[at - 1].0 != k {
+                ids[i] = k;
+                starts[i] = at as u32;
+                i += 1;
             }
+            rows[at] = row;
         }
-        starts.push(pairs.len() as u32);
-        let rows = pairs.into_iter().map(|(_, row)| row).collect();
-        SymIndex { ids, starts, rows }
+        starts[n_ids] = pairs.len() as u32;
+        SymIndex {
+            n_ids,
+            n_rows: keys.len(),
+            words: Words::Heap(words),
+        }
+    }
+
+    /// Moves the index into a region of `domain` (counted there as index
+    /// memory; fsmem indexes count as fsmem).
+    pub fn place(self, domains: &Domains, domain: Domain) -> Result<SymIndex> {
+        let words = self.words();
+        if words.is_empty() {
+            return Ok(self);
+        }
+        let region = domains.alloc_for(MemUse::Index(domain), words.len() * 4)?;
+        // SAFETY: a fresh region of at least words.len() * 4 bytes, no reader yet.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                words.as_ptr() as *const u8,
+                region.as_ptr(),
+                words.len() * 4,
+            )
+        };
+        Ok(SymIndex {
+            n_ids: self.n_ids,
+            n_rows: self.n_rows,
+            words: Words::Region(Arc::new(region)),
+        })
+    }
+
+    fn words(&self) -> &[u32] {
+        let n = if self.n_rows == 0 {
+            0
+        } else {
+            2 * self.n_ids + 1 + self.n_rows
+        };
+        match &self.words {
+            Words::Heap(v) => &v[..n],
+            Words::Region(r) => u32_slice(r, n),
+        }
     }
 
     /// Rows holding symbol `id` (empty if none).
     pub fn rows(&self, id: u32) -> &[u32] {
-        match self.ids.binary_search(&id) {
-            Ok(i) => &self.rows[self.starts[i] as usize..self.starts[i + 1] as usize],
+        let w = self.words();
+        let n = self.n_ids;
+        match w[..n].binary_search(&id) {
+            Ok(i) => {
+                let (from, to) = (w[n + i] as usize, w[n + i + 1] as usize);
+                &w[2 * n + 1 + from..2 * n + 1 + to]
+            }
             Err(_) => &[],
         }
     }
 
     pub fn symbols(&self) -> usize {
-        self.ids.len()
+        self.n_ids
     }
 }
 
@@ -126,6 +209,10 @@ mod sym_index_tests {
         for spread in [7u64, 3000, 1 << 30] {
             let keys: Vec<u32> = (0..5000).map(|_| next(spread)).collect();
             let ix = SymIndex::build(&keys);
+            let domains = crate::domain::Domains::new(None).unwrap();
+            let placed = SymIndex::build(&keys)
+                .place(&domains, crate::domain::Domain::Dram)
+                .unwrap();
             let mut distinct: Vec<u32> = keys.clone();
             distinct.sort_unstable();
             distinct.dedup();
@@ -135,6 +222,7 @@ mod sym_index_tests {
                     .filter(|&r| keys[r as usize] == id)
                     .collect();
                 assert_eq!(ix.rows(id), want.as_slice(), "spread {spread} id {id}");
+                assert_eq!(placed.rows(id), want.as_slice(), "placed, id {id}");
             }
         }
         assert_eq!(SymIndex::build(&[]).rows(0), &[] as &[u32]);
@@ -174,7 +262,7 @@ impl TableSnapshot {
     }
 }
 
-fn region_buffer(r: &Arc<Region>, offset: usize, len: usize) -> Buffer {
+pub(crate) fn region_buffer(r: &Arc<Region>, offset: usize, len: usize) -> Buffer {
     debug_assert!(offset + len <= r.len());
     // SAFETY: the pointer is inside the region (checked above in debug, and by
     // construction: callers pass lengths the writer published), the region

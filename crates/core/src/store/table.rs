@@ -11,7 +11,7 @@ use super::snapshot::{active_chunk, ChunkSnapshot, TableSnapshot};
 use super::symbols::SymbolDict;
 use super::{CHUNK_ROWS_MAX, CHUNK_ROWS_MIN, VAR_BYTES_PER_ROW};
 use crate::batch::{Batch, ColumnData};
-use crate::domain::Domains;
+use crate::domain::{Domains, MemUse, Tracked};
 use crate::error::{CoreError, Result};
 use crate::schema::{ColumnType, TableDef, TableKind};
 use arc_swap::ArcSwap;
@@ -71,15 +71,17 @@ pub(crate) struct TableStore {
     domains: Domains,
     writer: Mutex<Writer>,
     published: ArcSwap<Published>,
-    keyed_cache: Mutex<Option<(u64, TableSnapshot)>>,
+    /// A keyed table's latest-row snapshot for one published version, and
+    /// the bytes of the rows it copied (counted as `MemUse::Cache`).
+    keyed_cache: Mutex<Option<(u64, TableSnapshot, Tracked)>>,
 }
 
 impl TableStore {
-    pub fn new(def: Arc<TableDef>, domains: Domains) -> TableStore {
+    pub fn new(def: Arc<TableDef>, domains: Domains) -> Result<TableStore> {
         let schema = arrow_schema(&def);
-        let mut dict = SymbolDict::default();
+        let mut dict = SymbolDict::new(&domains)?;
         let values = dict.values();
-        TableStore {
+        Ok(TableStore {
             def,
             schema,
             domains,
@@ -101,7 +103,7 @@ impl TableStore {
                 generation: 0,
             }),
             keyed_cache: Mutex::new(None),
-        }
+        })
     }
 
     pub fn def(&self) -> &Arc<TableDef> {
@@ -154,9 +156,9 @@ impl TableStore {
             .iter()
             .map(|c| match &c.data {
                 ColumnData::Symbol { dict, .. } => dict.iter().map(|s| w.dict.intern(s)).collect(),
-                _ => Vec::new(),
+                _ => Ok(Vec::new()),
             })
-            .collect();
+            .collect::<Result<_>>()?;
         let mut from = 0;
         while from < batch.rows {
             if w.active.as_ref().map(|a| a.room() == 0).unwrap_or(true) {
@@ -256,14 +258,15 @@ impl TableStore {
     pub fn snapshot(&self) -> Result<TableSnapshot> {
         let p = self.published.load_full();
         if let TableKind::Keyed { key } = &self.def.kind {
-            if let Some((v, snap)) = &*self.keyed_cache.lock() {
+            if let Some((v, snap, _)) = &*self.keyed_cache.lock() {
                 if *v == p.version {
                     return Ok(snap.clone());
                 }
             }
             let raw = self.raw_snapshot(&p)?;
-            let snap = latest_per_key(raw, key)?;
-            *self.keyed_cache.lock() = Some((p.version, snap.clone()));
+            let (snap, copied) = latest_per_key(raw, key)?;
+            let account = Tracked::new(self.domains.stats(), MemUse::Cache, copied);
+            *self.keyed_cache.lock() = Some((p.version, snap.clone(), account));
             return Ok(snap);
         }
         self.raw_snapshot(&p)
@@ -312,7 +315,10 @@ impl TablePin {
 }
 
 /// Keeps only the latest row of each key, in the order rows arrived.
-fn latest_per_key(raw: TableSnapshot, key: &[usize]) -> Result<TableSnapshot> {
+/// Returns the snapshot and the bytes of the rows it copied: a chunk whose
+/// every row is kept is shared as it is, a filtered one is a copy (its
+/// dictionary values stay shared with the table's symbol dictionary).
+fn latest_per_key(raw: TableSnapshot, key: &[usize]) -> Result<(TableSnapshot, u64)> {
     let mut last: HashMap<Vec<u8>, (usize, usize)> = HashMap::new();
     let mut buf = Vec::new();
     for (ci, chunk) in raw.chunks.iter().enumerate() {
@@ -332,10 +338,18 @@ fn latest_per_key(raw: TableSnapshot, key: &[usize]) -> Result<TableSnapshot> {
     }
     let mut chunks = Vec::with_capacity(raw.chunks.len());
     let mut rows = 0;
+    let mut copied = 0u64;
     for (chunk, mask) in raw.chunks.into_iter().zip(keep) {
-        let mask = BooleanArray::from(mask);
-        let batch = arrow_select::filter::filter_record_batch(&chunk.batch, &mask)
-            .map_err(|e| CoreError::Domain(format!("keyed snapshot: {e}")))?;
+        let all = mask.iter().all(|k| *k);
+        let batch = if all {
+            chunk.batch.clone()
+        } else {
+            let mask = BooleanArray::from(mask);
+            let b = arrow_select::filter::filter_record_batch(&chunk.batch, &mask)
+                .map_err(|e| CoreError::Domain(format!("keyed snapshot: {e}")))?;
+            copied += owned_bytes(&b);
+            b
+        };
         if batch.num_rows() == 0 {
             continue;
         }
@@ -347,9 +361,26 @@ fn latest_per_key(raw: TableSnapshot, key: &[usize]) -> Result<TableSnapshot> {
             sym_index: None,
         });
     }
-    Ok(TableSnapshot {
-        rows,
-        chunks,
-        ..raw
-    })
+    Ok((
+        TableSnapshot {
+            rows,
+            chunks,
+            ..raw
+        },
+        copied,
+    ))
+}
+
+/// Bytes of a batch's buffers, leaving out dictionary values (the table's
+/// symbol dictionary, counted as symbols).
+fn owned_bytes(b: &arrow_array::RecordBatch) -> u64 {
+    use arrow_array::cast::AsArray;
+    use arrow_array::Array;
+    b.columns()
+        .iter()
+        .map(|c| match c.as_any_dictionary_opt() {
+            Some(d) => d.keys().get_buffer_memory_size(),
+            None => c.get_buffer_memory_size(),
+        } as u64)
+        .sum()
 }
