@@ -442,6 +442,18 @@ async fn metrics(State(s): State<AppState>) -> Response {
             "# TYPE tickdb_tp_subscribers gauge\ntickdb_tp_subscribers {}",
             st.subscribers.len()
         );
+        let m = &st.subscriber_memory;
+        let c = &st.connections;
+        let _ = writeln!(
+            out,
+            "# TYPE tickdb_tp_subscriber_memory_bytes gauge\ntickdb_tp_subscriber_memory_bytes {}\n\
+             # TYPE tickdb_tp_subscriber_cut_offs_total counter\ntickdb_tp_subscriber_cut_offs_total {}\n\
+             # TYPE tickdb_connections gauge\n\
+             tickdb_connections{{port=\"ilp_tcp\"}} {}\ntickdb_connections{{port=\"subscription\"}} {}\n\
+             # TYPE tickdb_connections_refused_total counter\n\
+             tickdb_connections_refused_total{{port=\"ilp_tcp\"}} {}\ntickdb_connections_refused_total{{port=\"subscription\"}} {}",
+            m.bytes, m.cut_offs, c.ilp_tcp, c.subscription, c.ilp_tcp_refused, c.subscription_refused
+        );
     }
     if let Some(rdb) = s.node.rdb() {
         let st = rdb.status();
@@ -465,6 +477,16 @@ async fn metrics(State(s): State<AppState>) -> Response {
             "tickdb_memory_bytes{{domain=\"fsmem\"}} {}",
             st.memory.fsmem
         );
+        let b = &st.memory.breakdown;
+        let _ = writeln!(out, "# TYPE tickdb_memory_dram_bytes gauge");
+        for (part, v) in [
+            ("columns", b.columns),
+            ("symbols", b.symbols),
+            ("indexes", b.indexes),
+            ("keyed_cache", b.keyed_cache),
+        ] {
+            let _ = writeln!(out, "tickdb_memory_dram_bytes{{part=\"{part}\"}} {v}");
+        }
         if let Some(h) = &st.hot_restart {
             let gauges: [(&str, &str, f64); 10] = [
                 (
