@@ -25,17 +25,18 @@ column = [
 
 fn config(dir: &Path, text: &str, origin: &str) -> TpConfig {
     TpConfig {
-        journal_dir: dir.join("journal"),
-        schema: Arc::new(Schema::parse(text, origin).expect("test schema parses")),
-        schema_toml: text.to_string(),
         schema_origin: origin.to_string(),
         fsync: FsyncPolicy::Always,
         recovery: RecoveryMode::Strict,
         segment_bytes_max: 1 << 20,
-        publish_interval_ms: 0,
         line_bytes_max: 1 << 16,
         request_bytes_max: 1 << 26,
         sub_queue_bytes_max: 1 << 26,
+        ..TpConfig::new(
+            dir.join("journal"),
+            Arc::new(Schema::parse(text, origin).expect("test schema parses")),
+            text.to_string(),
+        )
     }
 }
 
