@@ -323,7 +323,7 @@ pub const INSERT_ROWS_PREFIX: &str = "tickdb up --fsync";
 impl InsertReport {
     pub fn markdown(&self) -> String {
         let mut s = format!(
-            "Seed 000's client: one connection inserts {} `trade` rows in {BATCH_ROWS}-row requests (ILP over HTTP, each answered once journaled), until every row is acknowledged. MB/s counts the ILP bytes sent (10^6 bytes); CPU (% of one core) and RSS of the server process are sampled every second from /proc. The server is `tickdb up` (tp + rdb in one process, like the seed's kdb+ primary, which logs and holds the table). Peers measured in the same run: the raw disk (`dd conv=fdatasync`{}) for the journal's write rate, and QuestDB with the same client and rows. Measured on {}, {}.\n\n",
+            "The client of Zero-Impact Crash Recovery for kdb+: one connection inserts {} `trade` rows in {BATCH_ROWS}-row requests (ILP over HTTP, each answered once journaled), until every row is acknowledged. MB/s counts the ILP bytes sent (10^6 bytes); CPU (% of one core) and RSS of the server process are sampled every second from /proc. The server is `tickdb up` (tp + rdb in one process, like the brief's kdb+ primary, which logs and holds the table). Peers measured in the same run: the raw disk (`dd conv=fdatasync`{}) for the journal's write rate, and QuestDB with the same client and rows. Measured on {}, {}.\n\n",
             self.rows,
             self.dd_mb_s
                 .map(|v| format!(": {v:.0} MB/s"))

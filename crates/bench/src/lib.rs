@@ -49,19 +49,24 @@ enum BenchCmd {
     /// Journal append MB/s per fsync policy against dd, and group commit with
     /// 1, 4 and 16 writers.
     Journal(JournalArgs),
-    /// Seed 004's test stack: K complete stacks (feed → tp → agg → rdb →
-    /// monitor, separate processes), DRAM rdbs against fsmem rdbs; writes
-    /// the seed's Test 1 and Test 2 tables.
+    /// The test stack of the Optane kdb+ study: K complete stacks (feed →
+    /// tp → agg → rdb → monitor, separate processes), DRAM rdbs against
+    /// fsmem rdbs; writes the study's Test 1 and Test 2 tables.
+    ///
+    /// The study: "Using Intel Optane memory to expand the capacity of a
+    /// typical realtime kdb market data system" (Eoin Cunning and Nick
+    /// McDaid).
     Stack(StackArgs),
-    /// Seed 000's bulk-insert client: 10k-row trade inserts over one
-    /// connection until N rows are acknowledged; MB/s, rows/s, and the
-    /// server's CPU and RSS every second; dd and QuestDB in the same run.
+    /// The bulk-insert client of Zero-Impact Crash Recovery for kdb+:
+    /// 10k-row trade inserts over one connection until N rows are
+    /// acknowledged; MB/s, rows/s, and the server's CPU and RSS every
+    /// second; dd and QuestDB in the same run.
     Insert(InsertArgs),
-    /// Seed 002's Hot Restart benchmark: a keyed table of 1 KB values
-    /// loaded, updated and removed at random in the Hot Restart store, then
-    /// reloaded cold; ops/s, MB/s, write amplification, reload s and MB/s
-    /// against dd and a cold sequential read, and Redis 7 (AOF everysec and
-    /// always) on the same operations.
+    /// The key-value benchmark of Hot Restart Persistence (Hazelcast): a
+    /// keyed table of 1 KB values loaded, updated and removed at random in
+    /// the Hot Restart store, then reloaded cold; ops/s, MB/s, write
+    /// amplification, reload s and MB/s against dd and a cold sequential
+    /// read, and Redis 7 (AOF everysec and always) on the same operations.
     Kv(KvArgs),
     /// An rdb's restart with Hot Restart against a full journal replay, and
     /// the checkpoint's ingest pause as the data grows.
@@ -76,8 +81,8 @@ enum BenchCmd {
 
 #[derive(Args, Debug, Clone)]
 struct RobustnessArgs {
-    /// Journaled updates per second (the seed's 48,000 rows/s as 1,000
-    /// updates of 48 rows).
+    /// Journaled updates per second (the Optane kdb+ study's 48,000 rows/s
+    /// as 1,000 updates of 48 rows).
     #[arg(long, default_value_t = 1000)]
     updates_per_s: u64,
     /// Rows per update.
@@ -117,20 +122,21 @@ fn robustness_opts(a: &RobustnessArgs) -> robustness::RobustnessOptions {
 
 #[derive(Args, Debug, Clone)]
 struct StackArgs {
-    /// Updates per second per stack, trades:quotes 1:10 (the seed: 48000).
+    /// Updates per second per stack, trades:quotes 1:10 (the Optane kdb+
+    /// study: 48000).
     #[arg(long, default_value_t = 8000)]
     rate: u64,
-    /// Seconds measured per scenario (the seed: 1800).
+    /// Seconds measured per scenario (the study: 1800).
     #[arg(long, default_value_t = 20.0)]
     seconds: f64,
-    /// Rows preloaded into each stack before it is measured (the seed: 65M).
+    /// Rows preloaded into each stack before it is measured (the study: 65M).
     #[arg(long, default_value = "1M", value_parser = tickdb_stack::feed::parse_count)]
     prestress: u64,
     /// Symbols in the feed's universe.
     #[arg(long, default_value_t = 2000)]
     symbols: usize,
     /// Test 1 scenarios, MONITOR_MS:TP_MS each (tp 0 = zero-latency). The
-    /// default is the seed's four plus zero-latency.
+    /// default is the study's four plus zero-latency.
     #[arg(long, value_delimiter = ',', default_value = "300:50,50:50,20:50,50:1000,50:0", value_parser = stack::parse_timers)]
     timers: Vec<stack::Timers>,
     /// Test 2: DRAM rdbs (stacks) run together.
@@ -140,7 +146,7 @@ struct StackArgs {
     /// the DRAM rdbs used, at most 2 stacks per core.
     #[arg(long)]
     fsmem_rdbs: Option<usize>,
-    /// Test 2's timers, MONITOR_MS:TP_MS (the seed: a 1 s tp timer).
+    /// Test 2's timers, MONITOR_MS:TP_MS (the study: a 1 s tp timer).
     #[arg(long, default_value = "50:1000", value_parser = stack::parse_timers)]
     test2_timers: stack::Timers,
     /// Which tests to run.
@@ -155,9 +161,9 @@ struct StackArgs {
     /// The feeds' seed (every stack of a scenario gets the same data).
     #[arg(long, default_value_t = 42)]
     seed: u64,
-    /// The seed's sizes: 48,000 updates/s per stack, 30 min per scenario,
+    /// The study's sizes: 48,000 updates/s per stack, 30 min per scenario,
     /// 65M rows preloaded, 10 fsmem rdbs in Test 2 (overrides those flags;
-    /// needs a machine like the seed's).
+    /// needs a machine like the study's).
     #[arg(long)]
     full: bool,
     /// Also write the results as JSON.
@@ -167,7 +173,8 @@ struct StackArgs {
 
 #[derive(Args, Debug, Clone)]
 struct KvArgs {
-    /// Entries in the keyed table (the seed: 100M in the lab, 40M on EC2).
+    /// Entries in the keyed table (Hot Restart Persistence: 100M in the lab,
+    /// 40M on EC2).
     #[arg(long, default_value = "2M", value_parser = tickdb_stack::feed::parse_count)]
     entries: u64,
     /// Bytes per value.
@@ -202,8 +209,9 @@ struct KvArgs {
     /// Seed of the random operations and values (both systems get the same).
     #[arg(long, default_value_t = 42)]
     seed: u64,
-    /// The seed's lab size: 100M entries, parallelism 4, 40 partitions
-    /// (needs about 150 GB of RAM for the store and as much for Redis).
+    /// The lab size of Hot Restart Persistence: 100M entries, parallelism 4,
+    /// 40 partitions (needs about 150 GB of RAM for the store and as much
+    /// for Redis).
     #[arg(long)]
     full: bool,
     /// Also write the results as JSON.
@@ -214,7 +222,7 @@ struct KvArgs {
 #[derive(Args, Debug, Clone)]
 struct RestartArgs {
     /// Rows loaded before the last checkpoint (trades and quotes 1:10). A
-    /// day at the seed's 48,000/s is 1.12G rows.
+    /// day at 48,000/s (the Optane kdb+ study's rate) is 1.12G rows.
     #[arg(long, default_value = "10M", value_parser = tickdb_stack::feed::parse_count)]
     rows: u64,
     /// Load steps, each followed by a checkpoint.
@@ -241,8 +249,8 @@ struct RestartArgs {
     #[arg(long, default_value_t = tickdb_journal::SEGMENT_BYTES_MAX_DEFAULT)]
     segment_bytes_max: u64,
     /// Rows per journaled update while loading. The default is what a feed
-    /// at the seed's 48,000/s makes in a 1 ms tick; 10000 is the seed's bulk
-    /// insert (the cheapest journal to replay).
+    /// at 48,000/s makes in a 1 ms tick; 10000 is the bulk insert of
+    /// Zero-Impact Crash Recovery for kdb+ (the cheapest journal to replay).
     #[arg(long, default_value_t = restart::SEED_RATE_BATCH_ROWS)]
     batch_rows: usize,
     /// Seed of the feeds (each load step adds its number; the live feed 1000).
@@ -255,7 +263,8 @@ struct RestartArgs {
 
 #[derive(Args, Debug, Clone)]
 struct InsertArgs {
-    /// Rows to insert per server (the seed inserted 271.6 GB).
+    /// Rows to insert per server (Zero-Impact Crash Recovery for kdb+
+    /// inserted 271.6 GB).
     #[arg(long, default_value = "2M", value_parser = tickdb_stack::feed::parse_count)]
     rows: u64,
     /// `tickdb up` fsync policies to measure.
@@ -291,9 +300,9 @@ struct IngestArgs {
 
 #[derive(Args, Debug, Clone)]
 struct LatencyArgs {
-    /// Feed rate in rows/s. The issue's target is 480000 (10× the seed's
-    /// 48,000); the default is what a 2-core machine sustains alongside the
-    /// feed and the subscriber.
+    /// Feed rate in rows/s. The target is 480000 (10× the Optane kdb+
+    /// study's 48,000); the default is what a 2-core machine sustains
+    /// alongside the feed and the subscriber.
     #[arg(long, default_value_t = 100_000)]
     rate: u64,
     #[arg(long, default_value_t = 10)]
@@ -585,7 +594,7 @@ fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
     eprintln!("[2/3] latency");
     let lo = latency_opts(&la);
     let lat = latency::run(bin, work, &lo)?;
-    // The issue's target rate (ten times the seed's), zero-latency mode:
+    // The target rate (ten times the Optane kdb+ study's), zero-latency mode:
     // reported even where this machine cannot sustain it.
     let target = latency::LatencyOptions {
         rate: LATENCY_TARGET_RATE,
@@ -620,16 +629,16 @@ fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
     md.push_str("## Machine\n\n");
     md.push_str(&machine.markdown());
     md.push_str("\nThe benchmark clients, the servers and the peers share this machine's cores, so every figure includes the client's own CPU cost.\n\n");
-    md.push_str("## ILP ingest (issue #2)\n\n");
+    md.push_str("## ILP ingest\n\n");
     md.push_str(&ingest.markdown());
     md.push_str("\nQuestDB runs from its Maven Central jar with its defaults (WAL tables, commits without fsync), listeners on 127.0.0.1, telemetry off; each of its runs writes a new table, auto-created by ILP. tickdb starts fresh for each run. Both are timed until the rows are queryable.\n\n");
-    md.push_str("## Tick-to-subscriber latency (issue #2)\n\n");
+    md.push_str("## Tick-to-subscriber latency\n\n");
     md.push_str(&latency::markdown(&lat, &lo));
     if let Some(t) = &lat_target {
-        md.push_str("\nAt the issue's target rate:\n\n");
+        md.push_str("\nAt the target rate, ten times 48,000 rows/s:\n\n");
         md.push_str(&latency::markdown(t, &target));
     }
-    md.push_str("\n## Journal (issue #4)\n\n");
+    md.push_str("\n## Journal\n\n");
     md.push_str(&jr.markdown());
     md.push_str(&hot_md);
     md.push_str(&robust_md);
@@ -639,8 +648,8 @@ fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
     Ok(())
 }
 
-/// Issue #5's sections: seed 002's key-value workload against the raw disk
-/// and Redis, then the rdb's restart and checkpoint pause.
+/// The robustness section: acknowledged-write latency, quiet and under
+/// hostile queries and clients.
 fn robustness_section(bin: &Path, work: &Path, a: &ReportArgs) -> Result<String> {
     let ra = RobustnessArgs {
         updates_per_s: 1000,
@@ -660,6 +669,9 @@ fn robustness_section(bin: &Path, work: &Path, a: &ReportArgs) -> Result<String>
     ))
 }
 
+/// The Hot Restart sections: the key-value workload of Hot Restart
+/// Persistence against the raw disk and Redis, then the rdb's restart and
+/// checkpoint pause.
 fn hot_restart_sections(bin: &Path, work: &Path, a: &ReportArgs) -> Result<String> {
     let kv = KvArgs {
         entries: if a.quick { 100_000 } else { 2_000_000 },
@@ -676,7 +688,7 @@ fn hot_restart_sections(bin: &Path, work: &Path, a: &ReportArgs) -> Result<Strin
         full: false,
         json: None,
     };
-    eprintln!("[issue 5] Hot Restart key-value workload");
+    eprintln!("[hot restart] key-value workload");
     let kr = kv::run(work, &kv_opts(&kv))?;
     let rows = if a.quick { 300_000 } else { 10_000_000 };
     let ra = RestartArgs {
@@ -692,17 +704,18 @@ fn hot_restart_sections(bin: &Path, work: &Path, a: &ReportArgs) -> Result<Strin
         seed: 42,
         json: None,
     };
-    eprintln!("[issue 5] rdb restart and checkpoints");
+    eprintln!("[hot restart] rdb restart and checkpoints");
     let rr = restart::run(bin, work, &restart_opts(&ra))?;
     Ok(format!(
-        "\n## Hot Restart: key-value workload (issue #5, seed 002)\n\n{}\n## Hot Restart: rdb restart and checkpoints (issue #5)\n\n{}",
+        "\n## Hot Restart: key-value workload (Hot Restart Persistence)\n\n{}\n## Hot Restart: rdb restart and checkpoints\n\n{}",
         kr.markdown(),
         rr.markdown()
     ))
 }
 
-/// Issue #6's sections of the report: the market-data stack (seed 004's
-/// Test 1 and Test 2) and the bulk insert (seed 000), as markdown.
+/// The report's market-data stack (the Optane kdb+ study's Test 1 and
+/// Test 2) and bulk insert (Zero-Impact Crash Recovery for kdb+) sections,
+/// as markdown.
 fn stack_and_insert_sections(bin: &Path, work: &Path, a: &ReportArgs) -> Result<String> {
     let mut so = stack_opts(&StackArgs {
         rate: 8000,
@@ -739,12 +752,12 @@ fn stack_and_insert_sections(bin: &Path, work: &Path, a: &ReportArgs) -> Result<
         so.symbols = 1000;
         io.rows = 200_000;
     }
-    eprintln!("[issue 6] market-data stack");
+    eprintln!("[stack] market-data stack");
     let st = stack::run(bin, work, &so)?;
-    eprintln!("[issue 6] bulk insert");
+    eprintln!("[insert] bulk insert");
     let ins = insert::run(bin, work, &io)?;
     Ok(format!(
-        "\n## Market-data stack: DRAM against fsmem rdbs (issue #6, seed 004)\n\n{}\n## Bulk insert (issue #6, seed 000)\n\n{}",
+        "\n## Market-data stack: DRAM against fsmem rdbs\n\n{}\n## Bulk insert (Zero-Impact Crash Recovery for kdb+)\n\n{}",
         st.markdown(),
         ins.markdown()
     ))

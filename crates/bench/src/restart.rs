@@ -381,11 +381,11 @@ impl RestartReport {
         let day = SEED_RATE * TRADING_DAY_S;
         let mut s = format!(
             "`tickdb up --fsync never --hot-restart DIR` loaded with {} rows of the feed's trades and quotes \
-             (1:10, {} symbols) in {} prestress steps of {}-row updates (as a feed at the seed's rate journals \
+             (1:10, {} symbols) in {} prestress steps of {}-row updates (as a feed at 48,000 updates/s journals \
              them: {} rows per 1 ms tick), while a live feed sends {} updates/s; a checkpoint \
              (`POST /checkpoint`) after each step, under that feed. Then {} more rows (the journal tail: a \
              crash with the default {CHECKPOINT_INTERVAL_S} s schedule leaves half an interval on average, scaled \
-             like the day) and kill -9. {} rows are {:.1} minutes of the seed's {} updates/s; a 6.5-hour day is \
+             like the day) and kill -9. {} rows are {:.1} minutes of a feed at {} updates/s; a 6.5-hour day is \
              {} rows, which needs a machine with far more memory than this one (`--rows` sets the size).\n\n",
             si(o.rows as f64),
             o.symbols,

@@ -764,13 +764,13 @@ pub const TEST2_ROWS: [&str; 6] = [
     "Total queries per minute",
 ];
 
-const FACTOR_NOTE: &str = "*Comparison is the seed's factor, higher is better for fsmem: DRAM ÷ fsmem for latency, memory and query time, fsmem ÷ DRAM for queries per minute; 1 = the same. The reference is the DRAM rdb measured in the same run on the same data.";
+const FACTOR_NOTE: &str = "*Comparison is the Optane kdb+ study's factor, higher is better for fsmem: DRAM ÷ fsmem for latency, memory and query time, fsmem ÷ DRAM for queries per minute; 1 = the same. The reference is the DRAM rdb measured in the same run on the same data.";
 
 impl StackReport {
     pub fn markdown(&self) -> String {
         let mut s = String::new();
         s.push_str(&format!(
-            "Each stack is five processes: `tickdb feed` ({} updates/s, trades:quotes 1:10, {} symbols with Zipf activity, seed {}) → `tickdb tp` (`--fsync {}`, tp timer as given; 0 = zero-latency) → `tickdb agg` (minute bars and daily stats, published back every {} ms) → `tickdb rdb` → `tickdb monitor` (monitor timer as given). Each stack is preloaded with {} rows (`--prestress`), then measured for {} s. An fsmem stack's rdb holds every table in fsmem (`--fsmem-dir` on {}); on this machine that is an ordinary file system whose page cache is DRAM too, where production would use a DAX mount. Latency = time the monitor's query answered − generation time of the newest row it saw (max and mean over the polls, trade and quote together); aggregated-row latency the same from `last_time` of `trade_1m` and `quote_1m`; query time = the monitor's as-of join of one symbol's trades with their quotes. Measured on {}, {}, in {:.0} s.\n\n",
+            "The test stack of \"Using Intel Optane memory to expand the capacity of a typical realtime kdb market data system\" (Eoin Cunning and Nick McDaid; the Optane kdb+ study). Each stack is five processes: `tickdb feed` ({} updates/s, trades:quotes 1:10, {} symbols with Zipf activity, seed {}) → `tickdb tp` (`--fsync {}`, tp timer as given; 0 = zero-latency) → `tickdb agg` (minute bars and daily stats, published back every {} ms) → `tickdb rdb` → `tickdb monitor` (monitor timer as given). Each stack is preloaded with {} rows (`--prestress`), then measured for {} s. An fsmem stack's rdb holds every table in fsmem (`--fsmem-dir` on {}); on this machine that is an ordinary file system whose page cache is DRAM too, where production would use a DAX mount. Latency = time the monitor's query answered − generation time of the newest row it saw (max and mean over the polls, trade and quote together); aggregated-row latency the same from `last_time` of `trade_1m` and `quote_1m`; query time = the monitor's as-of join of one symbol's trades with their quotes. Measured on {}, {}, in {:.0} s.\n\n",
             self.rate,
             self.symbols,
             self.seed,
@@ -997,7 +997,7 @@ impl StackReport {
                 .map(|r| factor(r.fsmem.monitor.asof_ms.mean, r.dram.monitor.asof_ms.mean))
                 .collect();
             s.push_str(&format!(
-                "- fsmem query time no worse than 1.5× DRAM's (the seed saw about 1.45×): fsmem ÷ DRAM = {} across the Test 1 scenarios.\n",
+                "- fsmem query time no worse than 1.5× DRAM's (the study saw about 1.45×): fsmem ÷ DRAM = {} across the Test 1 scenarios.\n",
                 q.join(", ")
             ));
         }
@@ -1014,7 +1014,7 @@ impl StackReport {
         if let Some(best) = asof.iter().filter_map(|x| x.1).reduce(f64::min) {
             let worst = asof.iter().filter_map(|x| x.1).reduce(f64::max);
             s.push_str(&format!(
-                "- The as-of monitor query under 5 ms on a prestressed rdb (the seed saw about 47 ms): mean {}–{} here, on rdbs preloaded with {} rows (the seed's: 65M).\n",
+                "- The as-of monitor query under 5 ms on a prestressed rdb (the study saw about 47 ms): mean {}–{} here, on rdbs preloaded with {} rows (the study's: 65M).\n",
                 ms(Some(best)),
                 ms(worst),
                 self.prestress

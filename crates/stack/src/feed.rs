@@ -112,7 +112,7 @@ pub struct FeedArgs {
     #[arg(long, value_enum, default_value = "tcp")]
     pub transport: Transport,
     /// Total updates per second, trades and quotes together (1:10). The
-    /// default is the March 9, 2020 close of seed 004.
+    /// default is the March 9, 2020 close of the Optane kdb+ study.
     #[arg(long, default_value_t = 48_000)]
     pub rate: u64,
     /// Seconds to run after the prestress (fractions allowed); without it,
@@ -131,14 +131,15 @@ pub struct FeedArgs {
     #[arg(long, default_value_t = 1.0)]
     pub skew: f64,
     /// Before the timed run, preload N records as fast as the tp
-    /// acknowledges them (e.g. 65M as in the seed). Without a value: the
-    /// seed's 65M scaled to this machine (available memory / 256 B, and 5M
-    /// per core).
+    /// acknowledges them (e.g. 65M as in the Optane kdb+ study). Without a
+    /// value: the study's 65M scaled to this machine (available memory /
+    /// 256 B, and 5M per core).
     #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "auto", value_parser = parse_prestress)]
     pub prestress: Option<Prestress>,
     /// Rows per prestress request: each is one journaled update. The default
-    /// is the seed's 10,000-row bulk insert; 48 journals the data as a feed at
-    /// 48,000 updates/s in 1 ms ticks would (a realistic day's journal).
+    /// is the 10,000-row bulk insert of Zero-Impact Crash Recovery for kdb+;
+    /// 48 journals the data as a feed at 48,000 updates/s in 1 ms ticks would
+    /// (a realistic day's journal).
     #[arg(long, default_value_t = PRESTRESS_BATCH_ROWS, value_name = "ROWS")]
     pub prestress_batch_rows: usize,
     /// Write a JSON summary of the run here.

@@ -70,7 +70,7 @@ pub struct MonitorArgs {
     /// The rdb's HTTP address (its --http-port).
     #[arg(long, default_value = "127.0.0.1:8701", value_name = "HOST:PORT")]
     pub rdb: String,
-    /// Poll the rdb this often (the seed's monitor: every 2 s).
+    /// Poll the rdb this often (the Optane kdb+ study's monitor: every 2 s).
     #[arg(long, default_value_t = 2000)]
     pub every_ms: u64,
     /// Seconds to run (fractions allowed); without it, until Ctrl-C.

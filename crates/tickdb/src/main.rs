@@ -32,9 +32,14 @@ enum Cmd {
     /// Run a real-time database that follows a tp: replays the journal up to
     /// the tp's current sequence, then applies live updates.
     Rdb(roles::RdbArgs),
-    /// Simulated market data (seed 004): trades and quotes 1:10 over a
-    /// skewed symbol universe, stamped with their generation time, written
-    /// as ILP to a tp at a paced rate (default 48,000/s); --prestress first.
+    /// Simulated market data as in the Optane kdb+ study: trades and quotes
+    /// 1:10 over a skewed symbol universe, stamped with their generation
+    /// time, written as ILP to a tp at a paced rate (default 48,000/s);
+    /// --prestress first.
+    ///
+    /// The study: "Using Intel Optane memory to expand the capacity of a
+    /// typical realtime kdb market data system" (Eoin Cunning and Nick
+    /// McDaid).
     Feed(tickdb_stack::feed::FeedArgs),
     /// The aggregation engine: subscribes to trade and quote, keeps minute
     /// bars and daily stats per symbol, publishes them back through the tp
