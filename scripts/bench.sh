@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Regenerates docs/benchmarks.md: builds the release binary, then runs every
 # benchmark with its peer in the same run: ingest, latency and journal, Hot
-# Restart (seed 002's key-value workload against dd, a cold read and Redis 7;
+# Restart (the key-value workload of Hot Restart Persistence against dd, a cold read and Redis 7;
 # the rdb's restart against a full journal replay, and checkpoint pauses),
-# the market-data stack (seed 004: DRAM against fsmem rdbs) and the bulk
-# insert (seed 000) (`tickdb bench report`: QuestDB from Maven Central, which
+# the market-data stack (the Optane kdb+ study: DRAM against fsmem rdbs) and the bulk
+# insert (Zero-Impact Crash Recovery for kdb+) (`tickdb bench report`: QuestDB from Maven Central, which
 # needs java and, on first use, network access to download the jar; Redis
 # from Debian's redis-server, installed here when missing; dd), then SQL
 # (scripts/bench_query.py: QuestDB and DuckDB).

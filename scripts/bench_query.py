@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""SQL benchmark (issue #3): tickdb against QuestDB and DuckDB on the same
+"""SQL benchmark: tickdb against QuestDB and DuckDB on the same
 generated ticks, in the same run, on the same machine.
 
     .venv/bin/python scripts/bench_query.py [--rows N] [--quick] [--append docs/benchmarks.md]
@@ -7,7 +7,7 @@ generated ticks, in the same run, on the same machine.
 What it measures (median of --repeats runs after one warm-up, per system):
 - the 5M x 5M ASOF JOIN of trades with the prevailing quote, with an
   aggregate over it (tickdb ASOF JOIN, QuestDB ASOF JOIN, DuckDB ASOF LEFT JOIN);
-- seed 004's monitor query: the as-of join of all trades of one symbol with
+- the Optane kdb+ study's monitor query: the as-of join of all trades of one symbol with
   their prevailing quotes, on the same loaded tables;
 - 1-second buckets over the trades (tickdb time_bucket, QuestDB SAMPLE BY,
   DuckDB date_trunc), counted so that result transfer does not dominate;
@@ -165,7 +165,7 @@ QUERIES = {
                   "on t.sym = q.sym and t.time >= q.time",
     },
     "monitor": {
-        "title": "Seed 004 monitor: as-of join of one symbol's trades with their quotes",
+        "title": "The Optane kdb+ study's monitor query: as-of join of one symbol's trades with their quotes",
         "tickdb": "select count(*), sum(q.bid) from trade t asof join quote q "
                   "match_condition (t.time >= q.time) on t.sym = q.sym where t.sym = 'S0000'",
         "questdb": "select count(*), sum(q.bid) from (trade where sym = 'S0000') t asof join quote q on (sym)",
