@@ -5,7 +5,7 @@
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -218,36 +218,10 @@ impl HttpConn {
         let s = self.reader.get_mut();
         s.write_all(head.as_bytes())?;
         s.write_all(body)?;
-        let mut line = String::new();
-        if self.reader.read_line(&mut line)? == 0 {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "connection closed before the response",
-            ));
-        }
-        let status: u16 = line
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| std::io::Error::other(format!("bad status line {line:?}")))?;
-        let mut len = 0usize;
-        loop {
-            line.clear();
-            if self.reader.read_line(&mut line)? == 0 {
-                return Err(std::io::ErrorKind::UnexpectedEof.into());
-            }
-            let l = line.trim_end();
-            if l.is_empty() {
-                break;
-            }
-            if let Some((k, v)) = l.split_once(':') {
-                if k.eq_ignore_ascii_case("content-length") {
-                    len = v.trim().parse().unwrap_or(0);
-                }
-            }
-        }
-        let mut body = vec![0u8; len];
-        self.reader.read_exact(&mut body)?;
+        // Content-Length and chunked bodies (query results stream) alike,
+        // through the stack crate's reader.
+        let (status, body, _close) = tickdb_stack::http::read_response(&mut self.reader)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
         Ok((status, body))
     }
 }
