@@ -21,6 +21,9 @@
 //! which sequence number on. The journal stores it and checks its framing;
 //! the tp decides what a schema means and whether a change is compatible.
 //!
+//! For replication, [`RawReader`] yields each record's exact on-disk bytes
+//! and where the primary's segments start.
+//!
 //! All I/O of the writer, recovery, repair and the schema history goes
 //! through the [`Storage`] trait: [`FsStorage`] for real files,
 //! [`FaultyStorage`] to inject faults.
@@ -28,17 +31,20 @@
 pub mod error;
 pub mod format;
 mod journal;
+mod raw_reader;
 mod reader;
 mod recovery;
 pub mod schema_history;
 pub mod storage;
+mod stream;
 mod trim;
 
 pub use error::JournalError;
-pub use format::{RECORD_PAYLOAD_BYTES_MAX, SEGMENT_BYTES_MAX_DEFAULT};
+pub use format::{SegmentHeader, RECORD_PAYLOAD_BYTES_MAX, SEGMENT_BYTES_MAX_DEFAULT};
 pub use journal::{
     FsyncPolicy, Journal, JournalOptions, RecoveryMode, SEGMENT_BYTES_MIN, WRITE_BUFFER_BYTES_MAX,
 };
+pub use raw_reader::{RawReader, RawRecord, RawRecordMeta};
 pub use reader::{JournalReader, Record};
 pub use recovery::{
     plan_repair, repair, verify, verify_payloads, Dropped, PayloadCheck, Problem, RecoveryReport,
