@@ -24,14 +24,16 @@
 //! which sequence number on. The journal stores it and checks its framing;
 //! the tp decides what a schema means and whether a change is compatible.
 //!
-//! For replication, [`RawReader`] yields each record's exact on-disk bytes
-//! and where the primary's segments start; a follower appends them with
-//! [`Journal::append_raw`] and [`Journal::roll_segment_at`].
+//! Replication's side of it: [`RawReader`] yields each record's exact
+//! on-disk bytes and where the primary's segments start; a follower appends
+//! them with [`Journal::append_raw`] and [`Journal::roll_segment_at`], and
+//! [`compare`] checks two journals record by record and file by file.
 //!
 //! All I/O of the writer, recovery, repair and the schema history goes
 //! through the [`Storage`] trait: [`FsStorage`] for real files,
 //! [`FaultyStorage`] to inject faults.
 
+mod compare;
 pub mod error;
 pub mod format;
 mod journal;
@@ -43,6 +45,9 @@ pub mod storage;
 mod stream;
 mod trim;
 
+pub use compare::{
+    compare, CompareReport, Coverage, DiffKind, Difference, FieldDiff, JournalSide, Location, Which,
+};
 pub use error::JournalError;
 pub use format::{SegmentHeader, RECORD_PAYLOAD_BYTES_MAX, SEGMENT_BYTES_MAX_DEFAULT};
 pub use journal::{

@@ -17,7 +17,7 @@ use std::path::Path;
 
 use crate::error::JournalError;
 use crate::format::SegmentHeader;
-use crate::stream::RecordStream;
+use crate::stream::{End, RecordStream};
 
 type Result<T> = std::result::Result<T, JournalError>;
 
@@ -63,7 +63,7 @@ impl RawReader {
     /// longer holds `from_seq` (`MissingSegment`, naming its first segment).
     pub fn open(dir: &Path, from_seq: u64, to_seq: u64) -> Result<Self> {
         Ok(RawReader {
-            stream: RecordStream::open(dir, from_seq, to_seq)?,
+            stream: RecordStream::open(dir, from_seq, to_seq, End::Bounded)?,
             failed: None,
         })
     }

@@ -9,7 +9,7 @@
 use std::path::Path;
 
 use crate::error::JournalError;
-use crate::stream::RecordStream;
+use crate::stream::{End, RecordStream};
 
 type Result<T> = std::result::Result<T, JournalError>;
 
@@ -37,7 +37,7 @@ impl JournalReader {
     /// the reader stops after it. Fails if the journal no longer holds
     /// `from_seq` (its segment was removed or archived).
     pub fn open(dir: &Path, from_seq: u64, to_seq: u64) -> Result<Self> {
-        let stream = RecordStream::open(dir, from_seq, to_seq)?;
+        let stream = RecordStream::open(dir, from_seq, to_seq, End::Bounded)?;
         let done = stream.next_seq() > to_seq;
         Ok(JournalReader { stream, done })
     }

@@ -2,7 +2,8 @@
 //! segment files, with every check the journal's readers make (segment
 //! header, length bound, reserved bytes, CRC32C, sequence continuity within
 //! and across segments). `JournalReader` (decoded records, for replay) and
-//! `RawReader` (exact on-disk bytes, for shipping) are thin wrappers over it.
+//! `RawReader` (exact on-disk bytes, for shipping) are thin wrappers over it,
+//! and `compare` walks two journals with it.
 //!
 //! It reads real files directly, read-only, and never takes the writer's
 //! lock, so it runs beside a live writer. Memory is one read buffer of
@@ -12,7 +13,8 @@
 //! The stream trusts the caller's upper bound `to_seq`: records up to it were
 //! written by the writer, so running out of bytes before it is an error, not
 //! a reason to wait, and bytes past it (perhaps a record being written) are
-//! never returned.
+//! never returned. In "until end" mode (`compare`) there is no bound: the
+//! stream stops cleanly after the last record of the last segment.
 
 use std::fs::File;
 use std::io::{BufReader, Read};
@@ -53,13 +55,26 @@ struct Cursor {
     next_in_file: u64,
 }
 
+/// How the stream treats the end of the journal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum End {
+    /// Records up to `to_seq` are known to be written: running out before
+    /// it is an error.
+    Bounded,
+    /// Read everything there is; the end of the last segment ends the stream.
+    UntilEnd,
+}
+
 pub(crate) struct RecordStream {
     dir: PathBuf,
     next_seq: u64,
     to_seq: u64,
+    end: End,
     cur: Option<Cursor>,
     bytes_total: u64,
     bytes_read: u64,
+    /// Set once the end of the journal was reached in `UntilEnd` mode.
+    ended: bool,
 }
 
 impl RecordStream {
@@ -67,14 +82,16 @@ impl RecordStream {
     /// The first segment is found and opened now when `from_seq <= to_seq`
     /// (so a trimmed `from_seq` fails here, naming what the journal holds),
     /// otherwise on the first read after `extend_to` raised the bound.
-    pub fn open(dir: &Path, from_seq: u64, to_seq: u64) -> Result<Self> {
+    pub fn open(dir: &Path, from_seq: u64, to_seq: u64, end: End) -> Result<Self> {
         let mut s = RecordStream {
             dir: dir.to_path_buf(),
             next_seq: from_seq.max(1),
             to_seq,
+            end,
             cur: None,
             bytes_total: 0,
             bytes_read: 0,
+            ended: false,
         };
         if s.next_seq <= s.to_seq {
             s.position()?;
@@ -115,6 +132,9 @@ impl RecordStream {
                     expected: from,
                     found: s.first_seq,
                 },
+                None if self.end == End::UntilEnd => JournalError::NoJournal {
+                    dir: self.dir.clone(),
+                },
                 None => JournalError::BadInput(format!(
                     "journal {} holds no segment, seq {from}..={} requested",
                     self.dir.display(),
@@ -133,7 +153,8 @@ impl RecordStream {
 
     /// Reads the next record with `seq <= to_seq`: appends its payload to
     /// `out` (preceded by its 32-byte header when `with_header`) and returns
-    /// where it lies. Ok(None): the bound was reached. Records before `next_seq` (from the start of
+    /// where it lies. Ok(None): the bound (or, in `UntilEnd` mode, the end of
+    /// the journal) was reached. Records before `next_seq` (from the start of
     /// the first segment) are read and checked, then dropped from `out`.
     pub fn next_into(
         &mut self,
@@ -141,7 +162,7 @@ impl RecordStream {
         with_header: bool,
     ) -> Result<Option<RecordMeta>> {
         loop {
-            if self.next_seq > self.to_seq {
+            if self.next_seq > self.to_seq || self.ended {
                 return Ok(None);
             }
             if self.cur.is_none() {
@@ -156,7 +177,10 @@ impl RecordStream {
             let got = read_full(&mut cur.file, &mut hdr)
                 .map_err(|e| JournalError::io(&cur.path, "read segment", e))?;
             if got == 0 {
-                self.next_segment()?;
+                if !self.next_segment()? {
+                    self.ended = true;
+                    return Ok(None);
+                }
                 continue;
             }
             let corrupt = |reason: String| JournalError::Corrupt {
@@ -165,10 +189,15 @@ impl RecordStream {
                 reason,
             };
             if got < hdr.len() {
-                return Err(corrupt(format!(
-                    "incomplete record header ({got} bytes) before committed seq {}",
-                    self.to_seq
-                )));
+                return Err(corrupt(match self.end {
+                    End::Bounded => format!(
+                        "incomplete record header ({got} bytes) before committed seq {}",
+                        self.to_seq
+                    ),
+                    End::UntilEnd => format!(
+                        "incomplete record header ({got} of {RECORD_HEADER_BYTES} bytes) at the end of the file"
+                    ),
+                }));
             }
             let len = u32_at(&hdr, 0);
             if len > RECORD_PAYLOAD_BYTES_MAX {
@@ -227,12 +256,11 @@ impl RecordStream {
 
     /// At the end of a segment: moves to the segment that continues the
     /// sequence (listing the directory again, since the writer may have
-    /// rolled since open).
-    fn next_segment(&mut self) -> Result<()> {
+    /// rolled since open). Ok(false): there is none and none after it, which
+    /// ends an `UntilEnd` stream.
+    fn next_segment(&mut self) -> Result<bool> {
         let Some(cur) = self.cur.as_ref() else {
-            return Err(JournalError::BadInput(
-                "record stream has no segment open".into(),
-            ));
+            return Ok(false);
         };
         let want = cur.next_in_file;
         let segs = list_segments(&FsStorage, &self.dir)?;
@@ -243,7 +271,7 @@ impl RecordStream {
         if let Some(s) = segs.iter().filter(later).find(|s| s.first_seq == want) {
             self.cur = Some(open_segment(&s.path, s.first_seq)?);
             self.bytes_read += SEGMENT_HEADER_BYTES;
-            return Ok(());
+            return Ok(true);
         }
         if let Some(s) = segs.iter().find(|s| s.first_seq > want) {
             return Err(JournalError::MissingSegment {
@@ -252,15 +280,18 @@ impl RecordStream {
                 found: s.first_seq,
             });
         }
-        Err(JournalError::Corrupt {
-            file: cur.path.clone(),
-            offset: cur.offset,
-            reason: format!(
-                "journal ends at seq {} but seq {} was given as committed",
-                want - 1,
-                self.to_seq
-            ),
-        })
+        match self.end {
+            End::UntilEnd => Ok(false),
+            End::Bounded => Err(JournalError::Corrupt {
+                file: cur.path.clone(),
+                offset: cur.offset,
+                reason: format!(
+                    "journal ends at seq {} but seq {} was given as committed",
+                    want - 1,
+                    self.to_seq
+                ),
+            }),
+        }
     }
 }
 

@@ -12,8 +12,9 @@ use common::*;
 use rand::Rng;
 use tickdb_journal::format::{encode_record, DAY_NS};
 use tickdb_journal::{
-    trim, verify, FaultyStorage, FsStorage, FsyncPolicy, Journal, JournalError, JournalOptions,
-    JournalReader, Op, RawReader, RecoveryMode, RollPolicy, SegmentHeader, SEGMENT_BYTES_MIN,
+    compare, trim, verify, Coverage, FaultyStorage, FsStorage, FsyncPolicy, Journal, JournalError,
+    JournalOptions, JournalReader, Op, RawReader, RecoveryMode, RollPolicy, SegmentHeader,
+    SEGMENT_BYTES_MIN,
 };
 
 fn follower_opts(fsync: FsyncPolicy, first_seq: Option<u64>) -> JournalOptions {
@@ -429,6 +430,13 @@ fn follower_is_byte_identical_to_its_primary() {
             "round {round}: segment names"
         );
         assert!(ps == fs, "round {round}: segment bytes differ");
+        let rep = compare(&pdir, &fdir).unwrap();
+        assert!(rep.is_match(), "round {round}:\n{rep}");
+        if bootstrap == 1 {
+            assert!(rep.is_identical(), "round {round}:\n{rep}");
+        } else {
+            assert_eq!(rep.coverage, Coverage::Overlap, "round {round}:\n{rep}");
+        }
         eprintln!(
             "round {round}: {} segment(s), seq {bootstrap}..={written} shipped",
             fs.len()
