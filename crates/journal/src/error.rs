@@ -1,7 +1,8 @@
 //! The journal's error enum. It keeps three families apart so that callers
 //! can react differently: I/O failures (the disk said no), corruption and
 //! sequence problems (the bytes on disk are not a consistent journal), and
-//! bad input (the caller asked for something impossible). `Poisoned` is the
+//! bad input (the caller asked for something impossible, or handed over
+//! bytes that do not check out: `BadInput`, `OutOfSequence`). `Poisoned` is the
 //! state after an I/O failure on the write path: the journal refuses all
 //! further writes until it is reopened, because after a failed write or fsync
 //! the kernel may already have dropped the dirty pages, and retrying the fsync
@@ -76,9 +77,23 @@ pub enum JournalError {
     )]
     NoJournal { dir: PathBuf },
     /// The caller's request cannot be met (a payload too long, a sequence
-    /// number that does not exist, a full write buffer).
+    /// number that does not exist, a full write buffer, a shipped record
+    /// whose bytes do not check out).
     #[error("journal: bad input: {0}")]
     BadInput(String),
+    /// A record or segment start handed to a follower's journal
+    /// (`append_raw`, `roll_segment_at`) carries seq `found`, but the journal
+    /// continues at `expected`. Bad input, not corruption: the journal's own
+    /// files are fine; the caller is ahead of it or behind it.
+    #[error(
+        "journal: bad input: {what} carries seq {found}, but this journal's next seq is {expected}"
+    )]
+    OutOfSequence {
+        /// "shipped record" or "segment start".
+        what: &'static str,
+        expected: u64,
+        found: u64,
+    },
 }
 
 impl JournalError {
@@ -98,6 +113,15 @@ impl JournalError {
             JournalError::Corrupt { .. }
                 | JournalError::Gap { .. }
                 | JournalError::MissingSegment { .. }
+        )
+    }
+
+    /// True for the errors that say the caller asked for something
+    /// impossible (the journal and its files are untouched and fine).
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            JournalError::BadInput(_) | JournalError::OutOfSequence { .. }
         )
     }
 }

@@ -2,6 +2,13 @@
 //! commit, segment rolling, fsync policy and poisoning. Recovery runs first,
 //! inside `open`, so a `Journal` always starts at the end of a consistent
 //! journal.
+//!
+//! A follower (a standby replicating a primary) writes through the same
+//! machinery: `append_raw` takes a record's exact bytes as the primary wrote
+//! them, `roll_segment_at` starts a segment exactly where and as the primary
+//! did, `RollPolicy::Manual` keeps the follower from rolling on its own, and
+//! `JournalOptions::first_seq` starts a new journal at a later sequence
+//! number (a standby bootstrapped from a checkpoint).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -9,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use crate::error::JournalError;
 use crate::format::{
-    encode_record, segment_file_name, SegmentHeader, DAY_NS, RECORD_HEADER_BYTES,
-    RECORD_PAYLOAD_BYTES_MAX, SEGMENT_BYTES_MAX_DEFAULT, SEGMENT_HEADER_BYTES,
+    check_record, encode_record, segment_file_name, RecordCheck, SegmentHeader, DAY_NS,
+    RECORD_HEADER_BYTES, RECORD_PAYLOAD_BYTES_MAX, SEGMENT_BYTES_MAX_DEFAULT, SEGMENT_HEADER_BYTES,
 };
 use crate::recovery::{recover, write_all_at, RecoveryReport};
 use crate::storage::{FsStorage, Storage, StorageFile};
@@ -52,13 +59,37 @@ pub enum RecoveryMode {
     PointInTime,
 }
 
+/// Whether the journal starts new segments on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RollPolicy {
+    /// A segment is closed when the next record would take it past
+    /// `segment_bytes_max`, and when the UTC day changes; also on
+    /// `roll_segment` / `roll_segment_at`. For a primary.
+    #[default]
+    Automatic,
+    /// Segments are started only by `roll_segment` and `roll_segment_at`;
+    /// `segment_bytes_max` is not enforced. For a follower, whose segments
+    /// must start exactly where the primary's did.
+    Manual,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JournalOptions {
     /// A segment is closed when the next record would take it past this many
     /// bytes (a single larger record still gets a segment of its own).
+    /// Enforced under `RollPolicy::Automatic` only.
     pub segment_bytes_max: u64,
     pub fsync: FsyncPolicy,
     pub recovery: RecoveryMode,
+    pub roll: RollPolicy,
+    /// For a new journal (the directory holds no segment): the sequence
+    /// number of its first record (None: 1). Its first segment is then
+    /// `journal-{S:020}.log`: a standby bootstrapped from a checkpoint at
+    /// S - 1 continues at S. For an existing journal it is only checked: a
+    /// journal that continues at a seq below S is refused (BadInput), since
+    /// appending at S would leave a gap; one that already continues at S or
+    /// beyond opens as usual.
+    pub first_seq: Option<u64>,
 }
 
 impl Default for JournalOptions {
@@ -67,6 +98,8 @@ impl Default for JournalOptions {
             segment_bytes_max: SEGMENT_BYTES_MAX_DEFAULT,
             fsync: FsyncPolicy::Always,
             recovery: RecoveryMode::Strict,
+            roll: RollPolicy::Automatic,
+            first_seq: None,
         }
     }
 }
@@ -83,6 +116,7 @@ struct Pending {
 /// The segment being written.
 struct Active {
     path: PathBuf,
+    header: SegmentHeader,
     file: Box<dyn StorageFile>,
     /// Bytes written to the file (header included).
     len: u64,
@@ -145,6 +179,11 @@ impl Journal {
                 opts.segment_bytes_max
             )));
         }
+        if opts.first_seq == Some(0) {
+            return Err(JournalError::BadInput(
+                "first_seq 0 asked for: sequence numbers start at 1".into(),
+            ));
+        }
         storage
             .create_dir_all(dir)
             .map_err(|e| JournalError::io(dir, "create directory", e))?;
@@ -167,6 +206,10 @@ impl Journal {
                     .map_err(|e| JournalError::io(&seg.path, "sync segment", e))?;
                 let active = Active {
                     path: seg.path.clone(),
+                    header: SegmentHeader {
+                        first_seq: seg.first_seq,
+                        created_unix_ns: tail.created_unix_ns,
+                    },
                     file,
                     len: tail.valid_end,
                 };
@@ -174,12 +217,27 @@ impl Journal {
             }
             _ => {
                 let created = storage.now_unix_ns();
-                let active = create_segment(&*storage, dir, 1, created, sync_meta)?;
+                let first = opts.first_seq.unwrap_or(1);
+                let active = create_segment(&*storage, dir, first, created, sync_meta)?;
                 report.segments = 1;
-                (active, 1, 0, created)
+                (active, first, 0, created)
             }
         };
         let last_seq = first_seq + tail_records - 1;
+        if let Some(s) = opts.first_seq {
+            // Appending at S on a journal that ends before S - 1 would leave
+            // records missing: the caller means a new journal, and this
+            // directory holds an old one.
+            if s > last_seq + 1 {
+                return Err(JournalError::BadInput(format!(
+                    "first_seq {s} asked for, but the journal in {} already exists and continues \
+                     at seq {}: first_seq starts a new journal only (an empty directory); move \
+                     the old journal aside",
+                    dir.display(),
+                    last_seq + 1
+                )));
+            }
+        }
         report.last_seq = last_seq;
         let journal = Journal {
             storage,
@@ -232,6 +290,12 @@ impl Journal {
         &self.active.path
     }
 
+    /// The header of the segment file being written (records buffered for a
+    /// segment not yet rolled to are not counted).
+    pub fn segment_header(&self) -> SegmentHeader {
+        self.active.header
+    }
+
     /// Why the journal refuses writes, after a failed write or fsync. Cleared
     /// only by reopening (restarting the process).
     pub fn poisoned(&self) -> Option<&str> {
@@ -250,6 +314,62 @@ impl Journal {
             )));
         }
         let rec_len = RECORD_HEADER_BYTES as usize + payload.len();
+        self.buffer_record(rec_len, |out, seq| {
+            encode_record(out, seq, kind, rows, time_ns, payload)
+        })
+    }
+
+    /// Buffers one record exactly as given: `record` is a whole record as a
+    /// journal holds it on disk (32-byte header and payload, e.g. from
+    /// `RawReader` on a primary), and the journal will hold the very same
+    /// bytes. Checks it first: its length field must match its length, its
+    /// reserved bytes be zero and its CRC32C match (else `BadInput`), and its
+    /// seq must be exactly `last_seq() + 1` (else `OutOfSequence`, naming
+    /// both). A refused record changes nothing and does not poison the
+    /// journal. Returns the seq, BEFORE any write or fsync, like `append`:
+    /// the record is durable once a later `commit` returns Ok (per the fsync
+    /// policy). Under `RollPolicy::Automatic` it may roll a segment like
+    /// `append`; a follower opens with `RollPolicy::Manual` and rolls with
+    /// `roll_segment_at`.
+    pub fn append_raw(&mut self, record: &[u8]) -> Result<u64> {
+        self.check_poisoned()?;
+        let h = match check_record(record, 0) {
+            RecordCheck::Ok(h) => h,
+            bad => {
+                return Err(JournalError::BadInput(format!(
+                    "shipped record of {} bytes refused: {}",
+                    record.len(),
+                    bad.problem().unwrap_or_default()
+                )))
+            }
+        };
+        if h.total_len() != record.len() as u64 {
+            return Err(JournalError::BadInput(format!(
+                "shipped record seq {} refused: {} bytes given, its header says {}",
+                h.seq,
+                record.len(),
+                h.total_len()
+            )));
+        }
+        let expected = self.last_seq + 1;
+        if h.seq != expected {
+            return Err(JournalError::OutOfSequence {
+                what: "shipped record",
+                expected,
+                found: h.seq,
+            });
+        }
+        self.buffer_record(record.len(), |out, _| out.extend_from_slice(record))
+    }
+
+    /// Assigns the next seq to a record of `rec_len` bytes, decides whether
+    /// it starts a new segment, and has `write` append its bytes (given the
+    /// seq) to the pending buffer.
+    fn buffer_record(
+        &mut self,
+        rec_len: usize,
+        write: impl FnOnce(&mut Vec<u8>, u64),
+    ) -> Result<u64> {
         if self.pending_bytes + rec_len > WRITE_BUFFER_BYTES_MAX {
             return Err(JournalError::BadInput(format!(
                 "write buffer full ({} bytes buffered, bound {WRITE_BUFFER_BYTES_MAX}): commit first",
@@ -263,7 +383,8 @@ impl Journal {
             // An empty segment is adopted by whatever day writes to it first.
             self.seg_day = day;
         }
-        let roll = self.seg_records > 0
+        let roll = self.opts.roll == RollPolicy::Automatic
+            && self.seg_records > 0
             && (self.seg_len + rec_len as u64 > self.opts.segment_bytes_max || day != self.seg_day);
         if roll {
             self.pending.push(Pending {
@@ -284,7 +405,7 @@ impl Journal {
             });
         }
         let chunk = self.pending.last_mut().expect("pushed above when empty");
-        encode_record(&mut chunk.bytes, seq, kind, rows, time_ns, payload);
+        write(&mut chunk.bytes, seq);
         chunk.last_seq = seq;
         self.seg_len += rec_len as u64;
         self.seg_records += 1;
@@ -351,6 +472,70 @@ impl Journal {
         self.seg_len = SEGMENT_HEADER_BYTES;
         self.seg_records = 0;
         self.seg_day = now.div_euclid(DAY_NS);
+        Ok(())
+    }
+
+    /// Starts the segment `journal-{first_seq:020}.log` with the header
+    /// (`first_seq`, `created_unix_ns`), exactly as the primary did, so that a
+    /// follower's segment files are the primary's byte for byte. `first_seq`
+    /// must be `last_seq() + 1` (else `OutOfSequence`, changing nothing).
+    /// Buffered records are written first. When the current segment holds no
+    /// record yet (a journal just created, or a crash right after a roll),
+    /// it already bears that name, and its header is rewritten in place if
+    /// its creation time differs. Unless the policy is `Never`, returns AFTER
+    /// the closed segment, the new header and the directory are fdatasynced,
+    /// like `roll_segment`. A failure to write poisons the journal.
+    pub fn roll_segment_at(&mut self, first_seq: u64, created_unix_ns: i64) -> Result<()> {
+        self.check_poisoned()?;
+        let expected = self.last_seq + 1;
+        if first_seq != expected {
+            return Err(JournalError::OutOfSequence {
+                what: "segment start",
+                expected,
+                found: first_seq,
+            });
+        }
+        self.write_pending()?;
+        if self.seg_records == 0 {
+            self.rewrite_empty_header(created_unix_ns)?;
+        } else {
+            self.roll_to(first_seq, created_unix_ns)?;
+            self.seg_len = SEGMENT_HEADER_BYTES;
+            self.seg_records = 0;
+        }
+        self.seg_day = created_unix_ns.div_euclid(DAY_NS);
+        Ok(())
+    }
+
+    /// Gives the active segment, which holds no record, the creation time
+    /// `created_unix_ns`. Its first seq is already `last_seq + 1` (an empty
+    /// segment always starts at the next seq).
+    fn rewrite_empty_header(&mut self, created_unix_ns: i64) -> Result<()> {
+        if self.active.header.created_unix_ns == created_unix_ns {
+            return Ok(());
+        }
+        let header = SegmentHeader {
+            first_seq: self.active.header.first_seq,
+            created_unix_ns,
+        };
+        // The segment holds only its header, so overwriting it in place loses
+        // nothing; a torn overwrite is a torn header with nothing after it,
+        // which recovery rewrites (as it does after a crash during a roll).
+        if let Err(e) = write_all_at(
+            &mut *self.active.file,
+            &self.active.path,
+            0,
+            &header.encode(),
+        ) {
+            return Err(self.poison(e));
+        }
+        if self.opts.fsync != FsyncPolicy::Never {
+            if let Err(e) = self.active.file.sync_data() {
+                let e = JournalError::io(&self.active.path, "fdatasync", e);
+                return Err(self.poison(e));
+            }
+        }
+        self.active.header = header;
         Ok(())
     }
 
@@ -470,6 +655,7 @@ fn create_segment(
     }
     Ok(Active {
         path,
+        header,
         file,
         len: SEGMENT_HEADER_BYTES,
     })

@@ -316,3 +316,30 @@ fn bad_input_is_refused_without_poisoning() {
     let err = Journal::open(&tmp.path().join("x"), opts(10, FsyncPolicy::Always)).unwrap_err();
     assert!(matches!(err, JournalError::BadInput(_)), "{err}");
 }
+
+/// A bound past what was written, with an empty segment at the end (just
+/// rolled to), is an error naming where the journal ends. It used to send
+/// the reader round the empty segment forever.
+#[test]
+fn a_bound_past_an_empty_tail_segment_is_an_error_not_a_hang() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (mut j, _) = Journal::open(dir, JournalOptions::default()).unwrap();
+    for _ in 0..10 {
+        append_std(&mut j, 0);
+    }
+    j.roll_segment().unwrap();
+    assert_eq!(segments(dir).len(), 2);
+    for from in [1, 11] {
+        let items: Vec<_> = JournalReader::open(dir, from, 11).unwrap().collect();
+        let e = items.last().unwrap().as_ref().unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("journal ends at seq 10 but seq 11 was given"),
+            "{e}"
+        );
+        let mut raw = tickdb_journal::RawReader::open(dir, from, 11).unwrap();
+        let e = raw.find_map(|r| r.err()).unwrap();
+        assert!(e.to_string().contains("journal ends at seq 10"), "{e}");
+    }
+}

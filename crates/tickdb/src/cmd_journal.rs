@@ -1,5 +1,5 @@
 //! `tickdb journal`: operator tools over a journal (verify, repair, dump,
-//! stats, schema). They read the journal through tickdb-journal's public
+//! stats, schema, compare). They read the journal through tickdb-journal's public
 //! API and never write to it, except `repair --yes`, which takes the
 //! journal's lock (so it refuses to run beside a live tickerplant) and keeps
 //! a backup of every byte it cuts.
@@ -17,7 +17,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use tickdb_journal::format::parse_segment_file_name;
-use tickdb_journal::{FsStorage, JournalError, JournalReader, SchemaHistory, VerifyReport};
+use tickdb_journal::{
+    CompareReport, FsStorage, JournalError, JournalReader, SchemaHistory, VerifyReport,
+};
 use tickdb_tp::schema_binding::RecordDecoder;
 
 /// Inspect, check and repair a tickerplant journal.
@@ -92,29 +94,69 @@ pub enum JournalCmd {
         #[arg(long)]
         seq: Option<u64>,
     },
+    /// Compare two journals record by record and segment file by segment
+    /// file, and print the first difference.
+    ///
+    /// Over the sequence range both hold, records are compared field by field
+    /// (length, kind, time, rows, payload), and so are where segments start and
+    /// their headers; then every segment file both hold is compared byte for
+    /// byte. Prints the first difference (its seq, the file and offset in each
+    /// journal, what differs), or "identical over seq X..=Y" and what either
+    /// holds beyond the other.
+    ///
+    /// A journal that holds fewer records is not a difference as long as what
+    /// it holds is the same: one behind the other (a standby catching up) is
+    /// reported as a strict prefix, one trimmed or started later from a
+    /// checkpoint as starting at a later seq. Each journal is read to the end
+    /// of its valid records; bytes after them (a torn tail, damage) are noted,
+    /// and are a difference where the other journal holds other bytes there.
+    /// Read only; the tail of a journal being written may show as a prefix or
+    /// a difference.
+    ///
+    /// Exit 0: nothing both hold differs (with --exact: the journals are the
+    /// same, records and files); 1: a difference, or no seq in common; 2:
+    /// cannot read a journal, or no journal there.
+    Compare {
+        /// The first journal directory (A), or the data directory holding journal/.
+        dir_a: PathBuf,
+        /// The second journal directory (B), or the data directory holding journal/.
+        dir_b: PathBuf,
+        /// Exit 1 unless both hold exactly the same records and the same
+        /// segment files (a prefix or a trimmed journal is then a difference).
+        #[arg(long)]
+        exact: bool,
+    },
 }
 
 pub fn run(args: JournalArgs) -> ExitCode {
-    let (JournalCmd::Verify { dir }
-    | JournalCmd::Repair { dir, .. }
-    | JournalCmd::Dump { dir, .. }
-    | JournalCmd::Stats { dir }
-    | JournalCmd::Schema { dir, .. }) = &args.cmd;
-    let dir = match locate(dir) {
-        Ok(d) => d,
+    match args.cmd {
+        JournalCmd::Verify { dir } => located(&dir, verify),
+        JournalCmd::Repair { dir, yes, backup } => located(&dir, |d| repair(d, yes, backup)),
+        JournalCmd::Dump {
+            dir,
+            from,
+            limit,
+            rows,
+        } => located(&dir, |d| dump(d, from, limit, rows)),
+        JournalCmd::Stats { dir } => located(&dir, stats),
+        JournalCmd::Schema { dir, seq } => located(&dir, |d| schema(d, seq)),
+        JournalCmd::Compare {
+            dir_a,
+            dir_b,
+            exact,
+        } => compare(&dir_a, &dir_b, exact),
+    }
+}
+
+/// Runs `cmd` on the journal directory `dir` names (see `locate`), or
+/// exits 2 saying where it looked.
+fn located(dir: &Path, cmd: impl FnOnce(&Path) -> ExitCode) -> ExitCode {
+    match locate(dir) {
+        Ok(d) => cmd(&d),
         Err(e) => {
             eprintln!("error: {e}");
-            return ExitCode::from(2);
+            ExitCode::from(2)
         }
-    };
-    match args.cmd {
-        JournalCmd::Verify { .. } => verify(&dir),
-        JournalCmd::Repair { yes, backup, .. } => repair(&dir, yes, backup),
-        JournalCmd::Dump {
-            from, limit, rows, ..
-        } => dump(&dir, from, limit, rows),
-        JournalCmd::Stats { .. } => stats(&dir),
-        JournalCmd::Schema { seq, .. } => schema(&dir, seq),
     }
 }
 
@@ -411,6 +453,41 @@ fn schema(dir: &Path, seq: Option<u64>) -> ExitCode {
     }
 }
 
+fn compare(dir_a: &Path, dir_b: &Path, exact: bool) -> ExitCode {
+    let (a, b) = match (locate(dir_a), locate(dir_b)) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let rep: CompareReport = match tickdb_journal::compare(&a, &b) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!(
+                "error: cannot compare journals {} and {}: {e}",
+                a.display(),
+                b.display()
+            );
+            return ExitCode::from(2);
+        }
+    };
+    print!("{rep}");
+    let ok = if exact {
+        rep.is_identical()
+    } else {
+        rep.is_match()
+    };
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        if exact && rep.is_match() {
+            println!("--exact: the journals hold different ranges or segment files");
+        }
+        ExitCode::from(1)
+    }
+}
+
 /// Prints a batch's rows, one line each, columns in order.
 fn print_rows(b: &tickdb_core::Batch) {
     use tickdb_core::ColumnData;
@@ -509,7 +586,41 @@ fn fmt_time(ns: i64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{fmt_time, locate};
+    use super::{compare, fmt_time, locate};
+    use std::process::ExitCode;
+    use tickdb_journal::{Journal, JournalOptions};
+
+    fn append(dir: &std::path::Path, n: usize) {
+        let (mut j, _) = Journal::open(dir, JournalOptions::default()).unwrap();
+        for i in 0..n {
+            j.append(1, 1, i as i64, b"payload").unwrap();
+        }
+        j.close().unwrap();
+    }
+
+    #[test]
+    fn compare_exits_0_on_a_match_1_on_a_difference_2_without_a_journal() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+        append(&a, 5);
+        std::fs::create_dir_all(b.join("journal")).unwrap();
+        assert_eq!(compare(&a, &b, false), ExitCode::from(2));
+        for e in std::fs::read_dir(&a).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), b.join("journal").join(e.file_name())).unwrap();
+        }
+        // B given as a data directory holding journal/.
+        assert_eq!(compare(&a, &b, false), ExitCode::SUCCESS);
+        assert_eq!(compare(&a, &b, true), ExitCode::SUCCESS);
+        // A ahead: B is a strict prefix, a match but not identical.
+        append(&a, 1);
+        assert_eq!(compare(&a, &b, false), ExitCode::SUCCESS);
+        assert_eq!(compare(&a, &b, true), ExitCode::from(1));
+        // B written on its own: its segment header (creation time) differs.
+        let c = tmp.path().join("c");
+        append(&c, 6);
+        assert_eq!(compare(&a, &c, false), ExitCode::from(1));
+    }
 
     #[test]
     fn locate_takes_the_journal_or_the_data_directory_and_nothing_else() {

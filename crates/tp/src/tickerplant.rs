@@ -174,6 +174,7 @@ impl Tickerplant {
             segment_bytes_max: cfg.segment_bytes_max,
             fsync: cfg.fsync,
             recovery: cfg.recovery,
+            ..JournalOptions::default()
         };
         let (journal, report) = Journal::open_with(storage.clone(), &cfg.journal_dir, opts)
             .map_err(|e| {

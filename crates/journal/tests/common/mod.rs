@@ -29,6 +29,7 @@ pub fn opts(segment_bytes_max: u64, fsync: FsyncPolicy) -> JournalOptions {
         segment_bytes_max,
         fsync,
         recovery: RecoveryMode::Strict,
+        ..JournalOptions::default()
     }
 }
 
