@@ -123,6 +123,85 @@ pub struct TpArgs {
     /// prefix and report what was dropped (moved aside, not deleted).
     #[arg(long)]
     pub recover_point_in_time: bool,
+    #[command(flatten)]
+    pub repl: ReplArgs,
+}
+
+/// How records are shipped to standbys.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplicationArg {
+    /// Each record is shipped as soon as it is journaled; a write is
+    /// acknowledged without waiting for the standbys (a primary lost with
+    /// its disk may lose what they had not received: the lag in /status).
+    Async,
+    /// Records are shipped every --forward-interval-s (the log-forwarding
+    /// helper of Zero-Impact Crash Recovery for kdb+ ships every 10 s).
+    Interval,
+    /// A write is acknowledged only once --sync-standbys standbys have it
+    /// fsynced (RPO 0, as PostgreSQL's synchronous_commit = on).
+    SemiSync,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ReplArgs {
+    /// Replication: standbys connect here to follow this node's journal
+    /// (every node serves it, a standby too: chained standbys).
+    #[arg(long, default_value = "8711", value_name = "[rp,]PORT", value_parser = listen_spec)]
+    pub repl_port: ListenSpec,
+    /// Run as a standby of the primary whose --repl-port is HOST:PORT: its
+    /// journal is appended to this node's, byte for byte; this node refuses
+    /// writes (naming the primary) and answers queries from what it has.
+    /// The schema comes from the primary (--schema is not allowed).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub standby_of: Option<String>,
+    /// How this node ships records to its standbys.
+    #[arg(long, value_enum, default_value = "async")]
+    pub replication: ReplicationArg,
+    /// The shipping period under --replication interval.
+    #[arg(long, default_value_t = 10, value_name = "SECONDS")]
+    pub forward_interval_s: u64,
+    /// Under --replication semi-sync: standbys that must hold a write
+    /// durably (fsynced) before it is acknowledged.
+    #[arg(long, default_value_t = 1, value_name = "K")]
+    pub sync_standbys: usize,
+    /// Under --replication semi-sync: how long a write waits for
+    /// --sync-standbys standbys before it is refused (journaled here, shipped
+    /// later, but not acknowledged: the client gets an error saying so).
+    #[arg(long, default_value_t = 2000, value_name = "MS")]
+    pub sync_timeout_ms: u64,
+    /// Under --replication semi-sync: after --sync-timeout-ms, acknowledge
+    /// without the standbys (async) until they catch up, instead of
+    /// refusing writes. Logged, and shown in /status and /metrics while it
+    /// lasts.
+    #[arg(long)]
+    pub sync_degrade: bool,
+    /// File holding the replication secret shared by a primary and its
+    /// standbys (else $TICKDB_REPL_SECRET, else DATA_DIR/repl-secret,
+    /// generated at first start: copy it to the standbys).
+    #[arg(long, value_name = "PATH")]
+    pub repl_secret_file: Option<PathBuf>,
+    /// This node's name in replication status (default: host and
+    /// replication port).
+    #[arg(long, value_name = "NAME")]
+    pub node_name: Option<String>,
+}
+
+impl ReplArgs {
+    pub fn mode(&self) -> tickdb_replication::protocol::Mode {
+        match self.replication {
+            ReplicationArg::Async => tickdb_replication::protocol::Mode::Async,
+            ReplicationArg::Interval => tickdb_replication::protocol::Mode::Interval,
+            ReplicationArg::SemiSync => tickdb_replication::protocol::Mode::SemiSync,
+        }
+    }
+
+    pub fn sync_policy(&self) -> Option<tickdb_tp::sync_gate::SyncPolicy> {
+        (self.replication == ReplicationArg::SemiSync).then(|| tickdb_tp::sync_gate::SyncPolicy {
+            standbys: self.sync_standbys.max(1),
+            timeout: std::time::Duration::from_millis(self.sync_timeout_ms.max(1)),
+            degrade: self.sync_degrade,
+        })
+    }
 }
 
 #[derive(Args, Debug, Clone)]

@@ -221,6 +221,18 @@ fn tp_error(e: TpError) -> Response {
             e.to_string(),
             json!({}),
         ),
+        TpError::Standby { primary } => json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "standby",
+            e.to_string(),
+            json!({ "primary": primary }),
+        ),
+        TpError::NotReplicated(_) => json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not_replicated",
+            e.to_string(),
+            json!({}),
+        ),
         TpError::Journal(_) | TpError::Shutdown | TpError::Io(_) => json_error(
             StatusCode::SERVICE_UNAVAILABLE,
             "internal error",
@@ -365,6 +377,10 @@ async fn status(State(s): State<AppState>) -> Response {
     if let Some(q) = s.node.query() {
         body["queries"] = serde_json::to_value(q.pool_stats()).unwrap_or_default();
     }
+    if let (Some(r), Some(tp)) = (s.node.replication(), s.node.tp()) {
+        let applied = s.node.rdb().map(|r| r.applied_seq()).unwrap_or(0);
+        body["replication"] = r.status(tp, applied);
+    }
     body["role"] = json!(s.node.role.name());
     body["lifecycle"] = serde_json::to_value(s.node.life.status()).unwrap_or_default();
     body["ready"] = json!(s.node.life.is_ready());
@@ -454,6 +470,10 @@ async fn metrics(State(s): State<AppState>) -> Response {
              tickdb_connections_refused_total{{port=\"ilp_tcp\"}} {}\ntickdb_connections_refused_total{{port=\"subscription\"}} {}",
             m.bytes, m.cut_offs, c.ilp_tcp, c.subscription, c.ilp_tcp_refused, c.subscription_refused
         );
+    }
+    if let (Some(r), Some(tp)) = (s.node.replication(), s.node.tp()) {
+        let applied = s.node.rdb().map(|r| r.applied_seq()).unwrap_or(0);
+        r.metrics(tp, applied, &mut out);
     }
     if let Some(rdb) = s.node.rdb() {
         let st = rdb.status();

@@ -8,6 +8,8 @@
 //! - `node`: the role and the parts (tp, rdb, query engine) once open
 //! - `roles`: starting each role and stopping it cleanly
 //! - `http`, `http_server`: the HTTP API and its listener's limits
+//! - `replication`: the replication port every node serves, and a
+//!   standby's follower
 //! - `embedded_rdb`, `persist`, `demo_feed`: the rdb inside `up`, Hot
 //!   Restart wiring, and the built-in simulated feed
 
@@ -19,4 +21,5 @@ pub mod http_server;
 pub mod lifecycle;
 pub mod node;
 mod persist;
+pub mod replication;
 pub mod roles;

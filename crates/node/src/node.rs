@@ -46,6 +46,7 @@ pub struct Node {
     tp: OnceLock<Arc<Tickerplant>>,
     rdb: OnceLock<Arc<Rdb>>,
     query: OnceLock<QueryEngine>,
+    replication: OnceLock<Arc<crate::replication::Replication>>,
 }
 
 impl Node {
@@ -56,6 +57,7 @@ impl Node {
             tp: OnceLock::new(),
             rdb: OnceLock::new(),
             query: OnceLock::new(),
+            replication: OnceLock::new(),
         })
     }
 
@@ -71,6 +73,14 @@ impl Node {
     pub fn set_query(&self, engine: QueryEngine) {
         engine.set_readiness(Arc::new(self.life.clone()));
         let _ = self.query.set(engine);
+    }
+
+    pub fn set_replication(&self, r: Arc<crate::replication::Replication>) {
+        let _ = self.replication.set(r);
+    }
+
+    pub fn replication(&self) -> Option<&Arc<crate::replication::Replication>> {
+        self.replication.get()
     }
 
     pub fn tp(&self) -> Option<&Arc<Tickerplant>> {

@@ -167,6 +167,40 @@ fn tp_config(
         ilp_idle_timeout_s: a.ilp_idle_timeout_s,
         ilp_partial_line_timeout_s: a.ilp_partial_line_timeout_s,
         ilp_connections_max: a.ilp_connections_max,
+        standby_of: a.repl.standby_of.clone(),
+        sync: a.repl.sync_policy(),
+    }
+}
+
+/// A standby takes its schema from its primary: `--schema` would be a
+/// second truth.
+fn standby_flags_fit(tp: &TpArgs, schema: &SchemaArgs) -> Result<(), String> {
+    if tp.repl.standby_of.is_some() && schema.schema.is_some() {
+        return Err("--schema cannot be given with --standby-of: a standby adopts its primary's schema (it is shipped with the journal)".into());
+    }
+    Ok(())
+}
+
+/// The schema a node runs with: a standby's is its primary's.
+fn standby_schema(
+    prepared: &crate::replication::Prepared,
+    schema: Schema,
+    toml: String,
+) -> Result<(Schema, String), String> {
+    match &prepared.standby {
+        Some((text, _)) => {
+            let s = Schema::parse(text, "the primary's schema").map_err(|e| e.to_string())?;
+            Ok((s, text.clone()))
+        }
+        None => Ok((schema, toml)),
+    }
+}
+
+/// For the start-up line.
+fn describe_replication(tp: &TpArgs) -> String {
+    match &tp.repl.standby_of {
+        Some(p) => format!("standby of {p}"),
+        None => format!("primary, {} shipping", tp.repl.mode().name()),
     }
 }
 
@@ -264,19 +298,29 @@ async fn blocking<T: Send + 'static>(
 }
 
 pub async fn up(a: UpArgs) -> Result<(), String> {
+    standby_flags_fit(&a.tp, &a.schema)?;
     let (schema, toml) = load_schema(&a.schema)?;
     let http_l = bind(a.net.bind, &a.http_port, "HTTP").await?;
     let ilp_l = bind(a.net.bind, &a.tp.ilp_port, "ILP TCP").await?;
     let sub_l = bind(a.net.bind, &a.tp.tp_port, "tp subscriptions").await?;
+    let repl_l = bind(a.net.bind, &a.tp.repl.repl_port, "replication").await?;
     let pg_l =
         tickdb_net::bind_tcp(a.net.bind, &a.pg_port, "PostgreSQL").map_err(|e| e.to_string())?;
     if a.trim_journal && a.hot.hot_restart.is_none() {
         return Err("--trim-journal needs --hot-restart: the journal may only be trimmed behind a durable checkpoint".into());
     }
     let node = Node::new(Role::Up);
+    start_http(http_l, &node, &a.http);
+    let prepared = crate::replication::prepare(
+        &a.tp.repl,
+        &a.tp.data_dir,
+        &a.net.bind.to_string(),
+        &node.life,
+    )
+    .await?;
+    let (schema, toml) = standby_schema(&prepared, schema, toml)?;
     node.life
         .starting("opening the journal and the Hot Restart store");
-    start_http(http_l, &node, &a.http);
     // The journal's recovery scan and the Hot Restart store's reload read
     // different directories and need each other only afterwards: a restart's
     // two longest reads run side by side.
@@ -316,12 +360,22 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
     tokio::spawn(tickdb_tp::sub_server::serve(sub_l, tp.clone()));
     node.life
         .loading("restoring tables from the Hot Restart store", 0);
+    let applied_rdb: Arc<std::sync::OnceLock<Arc<tickdb_rdb::Rdb>>> = Arc::default();
     let (mem, schema2, toml2) = (a.mem.clone(), schema.clone(), toml.clone());
     let rdb = blocking("restoring the rdb", move || {
         crate::persist::rdb(hot, &schema2, &toml2, &mem, &[], &[])
     })
     .await?;
     node.set_rdb(rdb.clone());
+    let _ = applied_rdb.set(rdb.clone());
+    {
+        let applied: Arc<dyn Fn() -> u64 + Send + Sync> = {
+            let r = applied_rdb.clone();
+            Arc::new(move || r.get().map(|r| r.applied_seq()).unwrap_or(0))
+        };
+        let repl = crate::replication::start(repl_l, &tp, &a.tp.repl, prepared, applied);
+        node.set_replication(repl);
+    }
     let mut schedule = {
         let tp = tp.clone();
         let trim = a.trim_journal;
@@ -346,13 +400,15 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
             .map_err(|e| format!("spawning rdb thread: {e}"))?
     };
     tracing::info!(
-        "tickdb up: HTTP {}:{} (/write, /exec), ILP TCP {}, subscriptions {}, PostgreSQL {} ({}), data {}",
+        "tickdb up: HTTP {}:{} (/write, /exec), ILP TCP {}, subscriptions {}, PostgreSQL {} ({}), replication {} ({}), data {}",
         a.net.bind,
         a.http_port,
         a.tp.ilp_port,
         a.tp.tp_port,
         a.pg_port,
         a.pg.describe(),
+        a.tp.repl.repl_port,
+        describe_replication(&a.tp),
         a.tp.data_dir.display()
     );
     if let Some(rate) = a.demo_feed {
@@ -379,28 +435,47 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
 }
 
 pub async fn tp(a: TpOnlyArgs) -> Result<(), String> {
+    standby_flags_fit(&a.tp, &a.schema)?;
     let (schema, toml) = load_schema(&a.schema)?;
     let http_l = bind(a.net.bind, &a.http_port, "HTTP").await?;
     let ilp_l = bind(a.net.bind, &a.tp.ilp_port, "ILP TCP").await?;
     let sub_l = bind(a.net.bind, &a.tp.tp_port, "tp subscriptions").await?;
+    let repl_l = bind(a.net.bind, &a.tp.repl.repl_port, "replication").await?;
     let node = Node::new(Role::Tp);
-    node.life.starting("opening the journal");
     start_http(http_l, &node, &a.http);
+    let prepared = crate::replication::prepare(
+        &a.tp.repl,
+        &a.tp.data_dir,
+        &a.net.bind.to_string(),
+        &node.life,
+    )
+    .await?;
+    let (schema, toml) = standby_schema(&prepared, schema, toml)?;
+    node.life.starting("opening the journal");
     let (tp_args, origin) = (a.tp.clone(), schema_origin(&a.schema));
     let tp = blocking("opening the journal", move || {
         open_tp(&tp_args, Arc::new(schema), toml, origin)
     })
     .await?;
     node.set_tp(tp.clone());
+    node.set_replication(crate::replication::start(
+        repl_l,
+        &tp,
+        &a.tp.repl,
+        prepared,
+        Arc::new(|| 0),
+    ));
     node.life.ready();
     tokio::spawn(tickdb_tp::ilp_tcp::serve(ilp_l, tp.clone()));
     tokio::spawn(tickdb_tp::sub_server::serve(sub_l, tp.clone()));
     tracing::info!(
-        "tickdb tp: HTTP {}:{} (/write), ILP TCP {}, subscriptions {}, journal {}",
+        "tickdb tp: HTTP {}:{} (/write), ILP TCP {}, subscriptions {}, replication {} ({}), journal {}",
         a.net.bind,
         a.http_port,
         a.tp.ilp_port,
         a.tp.tp_port,
+        a.tp.repl.repl_port,
+        describe_replication(&a.tp),
         a.tp.data_dir.join("journal").display()
     );
     shutdown_signal().await;

@@ -23,6 +23,15 @@ pub enum TpError {
     Shutdown,
     #[error("{0}")]
     Io(String),
+    /// This node is a standby: it takes records from its primary only.
+    #[error(
+        "this node is a standby of {primary}: it accepts no writes; write to the primary {primary}"
+    )]
+    Standby { primary: String },
+    /// Semi-sync: the standbys did not report the update durable in time;
+    /// it is journaled here but was not acknowledged.
+    #[error("{0}")]
+    NotReplicated(String),
 }
 
 /// Why `Tickerplant::open` refused to start. Nothing was appended to the

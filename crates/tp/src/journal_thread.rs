@@ -6,6 +6,7 @@
 
 use crate::error::TpError;
 use crate::hub::{Hub, Update};
+use crate::sync_gate::SyncGate;
 use crate::{now_ns, RECORD_KIND_UPDATE};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,6 +27,68 @@ pub(crate) struct WriteReq {
     pub reply: oneshot::Sender<Result<u64, TpError>>,
 }
 
+/// What a standby's follower hands the journal: its primary's records,
+/// exactly as they lie in the primary's journal, and where the primary
+/// started its segments.
+#[derive(Debug, Clone)]
+pub enum ReplicatedItem {
+    /// The primary started a segment here (before the records that follow).
+    SegmentStart {
+        first_seq: u64,
+        created_unix_ns: i64,
+    },
+    /// Whole records back to back, as in the primary's segment file.
+    Records(Vec<u8>),
+}
+
+pub(crate) struct ReplicatedReq {
+    pub items: Vec<ReplicatedItem>,
+    /// Answered with the last sequence appended, once committed.
+    pub reply: oneshot::Sender<Result<u64, TpError>>,
+}
+
+pub(crate) enum Req {
+    Write(WriteReq),
+    Replicated(ReplicatedReq),
+}
+
+impl Req {
+    fn bytes(&self) -> usize {
+        match self {
+            Req::Write(w) => w.payload.len(),
+            Req::Replicated(r) => r
+                .items
+                .iter()
+                .map(|i| match i {
+                    ReplicatedItem::Records(b) => b.len(),
+                    ReplicatedItem::SegmentStart { .. } => 0,
+                })
+                .sum(),
+        }
+    }
+
+    fn refuse(self, e: TpError) {
+        let _ = match self {
+            Req::Write(w) => w.reply.send(Err(e)),
+            Req::Replicated(r) => r.reply.send(Err(e)),
+        };
+    }
+}
+
+/// One committed update of a group: what is published and who is answered.
+struct Appended {
+    update: Update,
+    reply: Option<oneshot::Sender<Result<u64, TpError>>>,
+}
+
+/// A replicated request's records, appended: its updates (published like
+/// any other, after the commit) and its reply.
+struct ReplAppended {
+    updates: Vec<Update>,
+    last_seq: u64,
+    reply: oneshot::Sender<Result<u64, TpError>>,
+}
+
 #[derive(Default)]
 pub(crate) struct Counters {
     pub seq: AtomicU64,
@@ -37,13 +100,92 @@ pub(crate) struct Counters {
     pub poisoned: parking_lot::Mutex<Option<String>>,
 }
 
-pub(crate) fn run(
-    mut journal: Journal,
-    rx: Receiver<WriteReq>,
-    hub: Arc<Hub>,
-    counters: Arc<Counters>,
-) {
-    let mut group: Vec<(WriteReq, u64)> = Vec::new();
+/// Where the journal thread sends what it committed.
+pub(crate) struct Outputs {
+    pub hub: Arc<Hub>,
+    pub counters: Arc<Counters>,
+    /// The last committed sequence, for replication shippers.
+    pub committed: tokio::sync::watch::Sender<u64>,
+    /// Semi-sync: committed writes wait here for the standbys.
+    pub gate: Option<Arc<SyncGate>>,
+}
+
+/// Appends one replicated request's items, or explains why not (nothing
+/// of a refused record is kept; records before it in the request are).
+fn append_replicated(
+    journal: &mut Journal,
+    items: &[ReplicatedItem],
+) -> Result<(Vec<Update>, u64), TpError> {
+    let mut updates = Vec::new();
+    let mut last = journal.last_seq();
+    for item in items {
+        match item {
+            ReplicatedItem::SegmentStart {
+                first_seq,
+                created_unix_ns,
+            } => journal
+                .roll_segment_at(*first_seq, *created_unix_ns)
+                .map_err(|e| TpError::BadInput(format!("segment start at seq {first_seq}: {e}")))?,
+            ReplicatedItem::Records(bytes) => {
+                let mut at = 0usize;
+                while at < bytes.len() {
+                    let rest = &bytes[at..];
+                    if rest.len() < tickdb_journal::format::RECORD_HEADER_BYTES as usize {
+                        return Err(TpError::BadInput(format!(
+                            "a record after seq {last} is cut short ({} bytes left)",
+                            rest.len()
+                        )));
+                    }
+                    let payload_len =
+                        u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+                    let len = tickdb_journal::format::RECORD_HEADER_BYTES as usize + payload_len;
+                    let Some(record) = rest.get(..len) else {
+                        return Err(TpError::BadInput(format!(
+                            "the record after seq {last} says {len} bytes, {} arrived",
+                            rest.len()
+                        )));
+                    };
+                    let seq = journal
+                        .append_raw(record)
+                        .map_err(|e| TpError::BadInput(e.to_string()))?;
+                    let mut h = [0u8; 32];
+                    h.copy_from_slice(&record[..32]);
+                    let head = tickdb_journal::format::decode_record_header(&h, payload_len as u32);
+                    let payload = bytes::Bytes::copy_from_slice(&record[32..]);
+                    // The standby's rdb applies decoded batches; a record
+                    // that is not an update (none yet) carries none.
+                    let batches = if head.kind == RECORD_KIND_UPDATE {
+                        tickdb_core::codec::decode(&payload, None).map_err(|e| {
+                            TpError::BadInput(format!("record seq {seq} does not decode: {e}"))
+                        })?
+                    } else {
+                        Vec::new()
+                    };
+                    updates.push(Update {
+                        seq,
+                        batches,
+                        payload,
+                        rows: head.rows as usize,
+                        time_ns: head.time_ns,
+                    });
+                    last = seq;
+                    at += len;
+                }
+            }
+        }
+    }
+    Ok((updates, last))
+}
+
+pub(crate) fn run(mut journal: Journal, rx: Receiver<Req>, out: Outputs) {
+    let Outputs {
+        hub,
+        counters,
+        committed,
+        gate,
+    } = out;
+    let mut group: Vec<Appended> = Vec::new();
+    let mut repl: Vec<ReplAppended> = Vec::new();
     loop {
         let first = match journal.sync_due_in() {
             Some(due) => match rx.recv_timeout(due) {
@@ -69,21 +211,51 @@ pub(crate) fn run(
         let mut next = Some(first);
         while let Some(req) = next.take() {
             if let Some(reason) = journal.poisoned() {
-                let _ = req.reply.send(Err(TpError::Journal(reason.to_string())));
+                req.refuse(TpError::Journal(reason.to_string()));
             } else {
-                bytes += req.payload.len();
-                match journal.append(RECORD_KIND_UPDATE, req.rows as u32, now_ns(), &req.payload) {
-                    Ok(seq) => group.push((req, seq)),
-                    Err(e) => {
-                        let _ = req.reply.send(Err(TpError::Journal(e.to_string())));
+                bytes += req.bytes();
+                match req {
+                    Req::Write(req) => {
+                        let t = now_ns();
+                        match journal.append(RECORD_KIND_UPDATE, req.rows as u32, t, &req.payload) {
+                            Ok(seq) => group.push(Appended {
+                                update: Update {
+                                    seq,
+                                    batches: req.batches,
+                                    // Shared from here on: every network
+                                    // subscriber sends these very bytes.
+                                    payload: bytes::Bytes::from(req.payload),
+                                    rows: req.rows,
+                                    time_ns: t,
+                                },
+                                reply: Some(req.reply),
+                            }),
+                            Err(e) => {
+                                let _ = req.reply.send(Err(TpError::Journal(e.to_string())));
+                            }
+                        }
                     }
+                    Req::Replicated(r) => match append_replicated(&mut journal, &r.items) {
+                        Ok((updates, last_seq)) => repl.push(ReplAppended {
+                            updates,
+                            last_seq,
+                            reply: r.reply,
+                        }),
+                        Err(e) => {
+                            // Records appended before the bad one stay
+                            // buffered and are committed with the group; the
+                            // follower learns where its journal ends from
+                            // the tp's sequence.
+                            let _ = r.reply.send(Err(e));
+                        }
+                    },
                 }
             }
-            if group.len() < GROUP_REQUESTS_MAX && bytes < GROUP_BYTES_MAX {
+            if group.len() + repl.len() < GROUP_REQUESTS_MAX && bytes < GROUP_BYTES_MAX {
                 next = rx.try_recv().ok();
             }
         }
-        if group.is_empty() {
+        if group.is_empty() && repl.is_empty() {
             continue;
         }
         // Returns after the fsync under `always`; after the write() otherwise.
@@ -93,31 +265,52 @@ pub(crate) fn run(
                 counters
                     .synced_seq
                     .store(journal.synced_seq(), Ordering::Relaxed);
-                let t = now_ns();
-                for (req, seq) in group.drain(..) {
+                for r in repl.drain(..) {
+                    for u in r.updates {
+                        counters.seq.store(u.seq, Ordering::Relaxed);
+                        counters.rows.fetch_add(u.rows as u64, Ordering::Relaxed);
+                        counters.updates.fetch_add(1, Ordering::Relaxed);
+                        counters
+                            .bytes
+                            .fetch_add(u.payload.len() as u64, Ordering::Relaxed);
+                        hub.publish(Arc::new(u));
+                    }
+                    let _ = r.reply.send(Ok(r.last_seq));
+                }
+                for a in group.drain(..) {
+                    let seq = a.update.seq;
                     counters.seq.store(seq, Ordering::Relaxed);
-                    counters.rows.fetch_add(req.rows as u64, Ordering::Relaxed);
+                    counters
+                        .rows
+                        .fetch_add(a.update.rows as u64, Ordering::Relaxed);
                     counters.updates.fetch_add(1, Ordering::Relaxed);
                     counters
                         .bytes
-                        .fetch_add(req.payload.len() as u64, Ordering::Relaxed);
-                    hub.publish(Arc::new(Update {
-                        seq,
-                        batches: req.batches,
-                        // Shared from here on: every network subscriber
-                        // sends these very bytes.
-                        payload: bytes::Bytes::from(req.payload),
-                        rows: req.rows,
-                        time_ns: t,
-                    }));
-                    let _ = req.reply.send(Ok(seq));
+                        .fetch_add(a.update.payload.len() as u64, Ordering::Relaxed);
+                    match &gate {
+                        // Semi-sync: published and acknowledged once the
+                        // standbys have it (or refused at the timeout).
+                        Some(g) => g.hold(Arc::new(a.update), a.reply),
+                        None => {
+                            hub.publish(Arc::new(a.update));
+                            if let Some(reply) = a.reply {
+                                let _ = reply.send(Ok(seq));
+                            }
+                        }
+                    }
                 }
+                committed.send_replace(counters.seq.load(Ordering::Relaxed));
             }
             Err(e) => {
                 let reason = e.to_string();
                 poison(&counters, &reason);
-                for (req, _) in group.drain(..) {
-                    let _ = req.reply.send(Err(TpError::Journal(reason.clone())));
+                for a in group.drain(..) {
+                    if let Some(reply) = a.reply {
+                        let _ = reply.send(Err(TpError::Journal(reason.clone())));
+                    }
+                }
+                for r in repl.drain(..) {
+                    let _ = r.reply.send(Err(TpError::Journal(reason.clone())));
                 }
             }
         }
@@ -127,9 +320,11 @@ pub(crate) fn run(
             tracing::error!("final journal sync failed: {e}");
         }
     }
+    if let Some(g) = &gate {
+        g.stop();
+    }
     hub.close_all("tickerplant stopped");
 }
-
 fn poison(counters: &Counters, reason: &str) {
     let mut p = counters.poisoned.lock();
     if p.is_none() {

@@ -14,6 +14,8 @@
 //! - `ilp_tcp`: the ILP TCP listener (idle and partial-line timeouts)
 //! - `sub_server`: the subscription port remote rdbs (and the agg) use
 //! - `conn_limit`: the bound on connections per port
+//! - `sync_gate`: semi-sync replication: acknowledge once `k` standbys hold
+//!   an update durably
 //! - `schema_binding`: the journal's schema history: the schema is bound to
 //!   the journal it writes, changes are recorded or refused
 
@@ -28,10 +30,12 @@ pub mod schema_binding;
 pub mod sub_memory;
 pub mod sub_queue;
 pub mod sub_server;
+pub mod sync_gate;
 pub mod tickerplant;
 
 pub use error::{OpenError, TpError};
 pub use hub::{Delivered, SubFilter, SubForm, SubQueue, Update};
+pub use journal_thread::ReplicatedItem;
 pub use tickerplant::{EncodedSubscription, Subscription, Tickerplant, TpConfig, TpStatus};
 
 /// Journal record kind of an update (tickdb-core codec payload).

@@ -5,8 +5,11 @@
 use crate::conn_limit::ConnLimit;
 use crate::error::{OpenError, TpError};
 use crate::hub::{Hub, SubFilter, SubForm, SubInfo, SubQueue};
-use crate::journal_thread::{self, Counters, WriteReq};
+use crate::journal_thread::{
+    self, Counters, Outputs, ReplicatedItem, ReplicatedReq, Req, WriteReq,
+};
 use crate::sub_memory::SubMemoryInfo;
+use crate::sync_gate::{SyncGate, SyncPolicy};
 use parking_lot::Mutex;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -60,6 +63,13 @@ pub struct TpConfig {
     pub ilp_partial_line_timeout_s: u64,
     /// Connections open at once on the ILP TCP port.
     pub ilp_connections_max: usize,
+    /// This tp is a standby of the primary at this address: it takes
+    /// records from its follower only, refuses every write naming the
+    /// primary, and starts segments where the primary did.
+    pub standby_of: Option<String>,
+    /// Semi-sync replication: writes are acknowledged once this many
+    /// standbys hold them durably. None: acknowledged once journaled here.
+    pub sync: Option<SyncPolicy>,
 }
 
 impl TpConfig {
@@ -84,6 +94,8 @@ impl TpConfig {
             ilp_idle_timeout_s: crate::ilp_tcp::ILP_IDLE_TIMEOUT_S,
             ilp_partial_line_timeout_s: crate::ilp_tcp::ILP_PARTIAL_LINE_TIMEOUT_S,
             ilp_connections_max: crate::ilp_tcp::TCP_CONNECTIONS_MAX,
+            standby_of: None,
+            sync: None,
         }
     }
 }
@@ -138,7 +150,9 @@ pub struct TpStatus {
 
 pub struct Tickerplant {
     cfg: TpConfig,
-    tx: Mutex<Option<crossbeam_channel::Sender<WriteReq>>>,
+    tx: Mutex<Option<crossbeam_channel::Sender<Req>>>,
+    committed: tokio::sync::watch::Receiver<u64>,
+    gate: Option<Arc<SyncGate>>,
     hub: Arc<Hub>,
     counters: Arc<Counters>,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
@@ -174,6 +188,12 @@ impl Tickerplant {
             segment_bytes_max: cfg.segment_bytes_max,
             fsync: cfg.fsync,
             recovery: cfg.recovery,
+            // A standby's segments start where its primary's did.
+            roll: if cfg.standby_of.is_some() {
+                tickdb_journal::RollPolicy::Manual
+            } else {
+                tickdb_journal::RollPolicy::Automatic
+            },
             ..JournalOptions::default()
         };
         let (journal, report) = Journal::open_with(storage.clone(), &cfg.journal_dir, opts)
@@ -224,14 +244,33 @@ impl Tickerplant {
             .synced_seq
             .store(journal.synced_seq(), Ordering::Relaxed);
         let (tx, rx) = crossbeam_channel::bounded(WRITE_QUEUE_REQUESTS_MAX);
+        let (committed_tx, committed) = tokio::sync::watch::channel(last);
         let mut threads = Vec::new();
+        // A standby never gates: its writes come from its primary.
+        let gate = match (&cfg.sync, &cfg.standby_of) {
+            (Some(p), None) => Some(SyncGate::new(*p, hub.clone(), last)),
+            _ => None,
+        };
+        if let Some(g) = &gate {
+            let g = g.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("tp-sync-gate".into())
+                    .spawn(move || g.run())
+                    .map_err(|e| OpenError::Io(format!("spawning the semi-sync gate: {e}")))?,
+            );
+        }
         {
-            let hub = hub.clone();
-            let counters = counters.clone();
+            let out = Outputs {
+                hub: hub.clone(),
+                counters: counters.clone(),
+                committed: committed_tx,
+                gate: gate.clone(),
+            };
             threads.push(
                 std::thread::Builder::new()
                     .name("tp-journal".into())
-                    .spawn(move || journal_thread::run(journal, rx, hub, counters))
+                    .spawn(move || journal_thread::run(journal, rx, out))
                     .map_err(|e| OpenError::Io(format!("spawning journal thread: {e}")))?,
             );
         }
@@ -268,6 +307,8 @@ impl Tickerplant {
                 sub_connections,
                 cfg,
                 tx: Mutex::new(Some(tx)),
+                committed,
+                gate,
                 hub,
                 counters,
                 threads: Mutex::new(threads),
@@ -299,16 +340,21 @@ impl Tickerplant {
         &self,
         batches: Vec<Batch>,
     ) -> Result<oneshot::Receiver<Result<u64, TpError>>, TpError> {
+        if let Some(primary) = &self.cfg.standby_of {
+            return Err(TpError::Standby {
+                primary: primary.clone(),
+            });
+        }
         let rows = batches.iter().map(|b| b.rows).sum();
         let payload = tickdb_core::codec::encode_to_vec(&batches);
         let (reply, rx) = oneshot::channel();
         let tx = self.tx.lock().clone().ok_or(TpError::Shutdown)?;
-        tx.send(WriteReq {
+        tx.send(Req::Write(WriteReq {
             batches,
             payload,
             rows,
             reply,
-        })
+        }))
         .map_err(|_| TpError::Shutdown)?;
         Ok(rx)
     }
@@ -325,6 +371,40 @@ impl Tickerplant {
     pub fn write_blocking(&self, batches: Vec<Batch>) -> Result<u64, TpError> {
         let rx = self.request(batches)?;
         rx.blocking_recv().map_err(|_| TpError::Shutdown)?
+    }
+
+    /// A standby's follower: appends its primary's records byte for byte
+    /// (each checked: CRC, and the next sequence), starting segments where
+    /// the primary did, publishes them to this tp's subscribers, and returns
+    /// the last sequence once committed under the fsync policy (after the
+    /// fsync under `always`).
+    pub async fn append_replicated(&self, items: Vec<ReplicatedItem>) -> Result<u64, TpError> {
+        let (reply, rx) = oneshot::channel();
+        let tx = self.tx.lock().clone().ok_or(TpError::Shutdown)?;
+        tx.send(Req::Replicated(ReplicatedReq { items, reply }))
+            .map_err(|_| TpError::Shutdown)?;
+        rx.await.map_err(|_| TpError::Shutdown)?
+    }
+
+    /// The last committed sequence, changing as commits happen (replication
+    /// shippers wait on it).
+    pub fn committed(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.committed.clone()
+    }
+
+    /// The highest sequence fsynced.
+    pub fn synced_seq(&self) -> u64 {
+        self.counters.synced_seq.load(Ordering::Relaxed)
+    }
+
+    /// The semi-sync gate, on a primary run with `--replication semi-sync`.
+    pub fn sync_gate(&self) -> Option<&Arc<SyncGate>> {
+        self.gate.as_ref()
+    }
+
+    /// The primary this tp follows, on a standby.
+    pub fn standby_of(&self) -> Option<&str> {
+        self.cfg.standby_of.as_deref()
     }
 
     /// Journals an update that arrived already encoded (a subscriber

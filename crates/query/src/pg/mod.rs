@@ -43,24 +43,24 @@ use datafusion_postgres::hooks::HookClient;
 use datafusion_postgres::pgwire;
 use datafusion_postgres::{DfSessionService, QueryHook};
 use futures::Sink;
+use futures::{SinkExt, StreamExt};
 use pgwire::api::auth::md5pass::{hash_md5_password, Md5PasswordAuthStartupHandler};
 use pgwire::api::auth::noop::NoopStartupHandler;
 use pgwire::api::auth::{
     AuthSource, DefaultServerParameterProvider, LoginInfo, Password, StartupHandler,
 };
+use pgwire::api::portal::PortalExecutionState;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
-use futures::{SinkExt, StreamExt};
-use pgwire::api::portal::PortalExecutionState;
 use pgwire::api::results::QueryResponse;
-use pgwire::api::store::Entry;
-use pgwire::api::DEFAULT_NAME;
-use pgwire::messages::extendedquery::Execute;
 use pgwire::api::results::{FieldInfo, Response};
 use pgwire::api::stmt::QueryParser;
+use pgwire::api::store::Entry;
 use pgwire::api::store::PortalStore;
+use pgwire::api::DEFAULT_NAME;
 use pgwire::api::{ClientInfo, ClientPortalStore, ErrorHandler, Type};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::extendedquery::Execute;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use pgwire::types::format::FormatOptions;
 use std::fmt::Debug;
@@ -716,7 +716,10 @@ impl ExtendedQueryHandler for WithPositions {
         let streamable = match &portal {
             Some(p) => {
                 message.max_rows == 0
-                    && matches!(client.state(), pgwire::api::PgWireConnectionState::ReadyForQuery)
+                    && matches!(
+                        client.state(),
+                        pgwire::api::PgWireConnectionState::ReadyForQuery
+                    )
                     && matches!(&p.statement.statement.1, Some((Statement::Query(_), _)))
                     && matches!(*p.state().lock().await, PortalExecutionState::Initial)
             }

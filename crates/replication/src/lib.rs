@@ -1,0 +1,55 @@
+//! tickdb-replication: a standby follows its primary's journal byte for
+//! byte, the first half of Zero-Impact Crash Recovery for kdb+ (a log
+//! forwarder ships new journal records to a standby, which replays them and
+//! checkpoints on its own schedule).
+//!
+//! - `protocol`: the wire format (`--repl-port`), byte by byte
+//! - `auth`: the shared secret and the challenge both sides answer
+//! - `primary`: the replication listener: handshake, divergence checks, one
+//!   shipper per standby
+//! - `shipper`: ships one standby its records, from the journal files (so a
+//!   slow standby costs the primary neither memory nor waiting), streaming,
+//!   or every `--forward-interval-s`
+//! - `standby`: the follower: connect, check, append byte-identically,
+//!   acknowledge, reconnect
+//! - `status`: what /status and /metrics show on both sides
+//!
+//! The semi-sync gate (acknowledge a write only once `k` standbys hold it
+//! durably) is the tickerplant's (`tickdb_tp::sync_gate`); the shippers
+//! report each standby's durable sequence to it.
+
+pub mod auth;
+pub mod primary;
+pub mod protocol;
+pub mod shipper;
+pub mod standby;
+pub mod status;
+
+/// The replication crate's error.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplError {
+    /// The peer sent bytes that are not a valid message, or a message out
+    /// of turn.
+    #[error("replication protocol: {0}")]
+    Protocol(String),
+    /// The peer refused us, or we refuse it: bad secret, wrong version,
+    /// diverged journals, a sequence one side never had.
+    #[error("{0}")]
+    Refused(String),
+    /// An operator's bad setting (a secret too short, a bad address).
+    #[error("{0}")]
+    BadInput(String),
+    /// The journal failed, or holds bytes that do not check.
+    #[error("journal: {0}")]
+    Journal(String),
+    #[error("network I/O: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Now, in ns since the Unix epoch.
+pub(crate) fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,268 @@
+//! The replication listener (`--repl-port`): every tickerplant serves one,
+//! so any node can be followed (a standby too: chained, as kdb+ chained
+//! tickerplants are). Per connection: the challenge, the standby's proof,
+//! the checks that keep both journals whole, then a shipper.
+//!
+//! Refused, with the reason sent and logged, and nothing changed on either
+//! side: a protocol version this build does not speak, a wrong secret, a
+//! standby holding records past this journal's end (this primary lost
+//! records, or the standby followed another primary), a standby whose last
+//! record differs from this journal's record at the same sequence
+//! (diverged), and a standby needing records this journal no longer holds.
+
+use crate::auth::{self, Secret};
+use crate::protocol::{self, Message, Mode, HANDSHAKE_FRAME_BYTES_MAX, PROTOCOL_VERSION};
+use crate::shipper::{self, ShipOptions};
+use crate::status::{StandbyLink, Standbys};
+use crate::ReplError;
+use std::sync::Arc;
+use std::time::Duration;
+use tickdb_journal::RawReader;
+use tickdb_tp::Tickerplant;
+use tokio::net::{TcpListener, TcpStream};
+
+/// Time a connection has to complete the handshake.
+pub const HANDSHAKE_TIMEOUT_S: u64 = 10;
+/// Standbys (and connections still in their handshake) served at once.
+pub const REPL_CONNECTIONS_MAX: usize = 64;
+
+/// How this node serves its standbys.
+#[derive(Debug, Clone)]
+pub struct PrimaryOptions {
+    /// This node's name, as standbys see it.
+    pub name: String,
+    pub ship: ShipOptions,
+    pub secret: Secret,
+}
+
+/// Serves standbys on `listener` until the task is dropped.
+pub async fn serve(
+    listener: TcpListener,
+    tp: Arc<Tickerplant>,
+    opts: Arc<PrimaryOptions>,
+    standbys: Arc<Standbys>,
+) {
+    let open = Arc::new(tokio::sync::Semaphore::new(REPL_CONNECTIONS_MAX));
+    loop {
+        let (sock, peer) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!("replication accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = open.clone().try_acquire_owned() else {
+            tracing::warn!("replication: refusing {peer}: {REPL_CONNECTIONS_MAX} connections open");
+            continue;
+        };
+        let _ = sock.set_nodelay(true);
+        let (tp, opts, standbys) = (tp.clone(), opts.clone(), standbys.clone());
+        tokio::spawn(async move {
+            match serve_one(sock, &peer.to_string(), tp, &opts, &standbys).await {
+                Ok(()) => tracing::info!("replication: standby {peer} disconnected"),
+                Err(e) => tracing::warn!("replication: standby {peer}: {e}"),
+            }
+            drop(permit);
+        });
+    }
+}
+
+async fn refuse(sock: &mut TcpStream, reason: String) -> ReplError {
+    let _ = protocol::write_message(
+        sock,
+        &Message::Refuse {
+            reason: reason.clone(),
+        },
+    )
+    .await;
+    ReplError::Refused(reason)
+}
+
+/// The CRC32C of this journal's record at `seq`, if it holds it.
+fn crc_at(tp: &Tickerplant, seq: u64) -> Result<Option<u32>, ReplError> {
+    let dir = &tp.config().journal_dir;
+    let mut r = match RawReader::open(dir, seq, seq) {
+        Ok(r) => r,
+        Err(_) => return Ok(None),
+    };
+    let mut buf = Vec::new();
+    match r.read_into(&mut buf) {
+        Ok(Some(_)) if buf.len() >= 8 => {
+            Ok(Some(u32::from_le_bytes([buf[4], buf[5], buf[6], buf[7]])))
+        }
+        Ok(_) => Ok(None),
+        Err(e) => Err(ReplError::Journal(e.to_string())),
+    }
+}
+
+/// The first sequence the journal still holds (1 unless trimmed).
+fn first_seq_held(tp: &Tickerplant) -> u64 {
+    let dir = &tp.config().journal_dir;
+    std::fs::read_dir(dir)
+        .ok()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            tickdb_journal::format::parse_segment_file_name(&e.file_name().to_string_lossy())
+        })
+        .min()
+        .unwrap_or(1)
+}
+
+async fn serve_one(
+    mut sock: TcpStream,
+    peer: &str,
+    tp: Arc<Tickerplant>,
+    opts: &PrimaryOptions,
+    standbys: &Standbys,
+) -> Result<(), ReplError> {
+    let nonce = auth::nonce();
+    let handshake = async {
+        protocol::write_message(
+            &mut sock,
+            &Message::Challenge {
+                version: PROTOCOL_VERSION,
+                nonce,
+                name: opts.name.clone(),
+            },
+        )
+        .await?;
+        protocol::read_message(&mut sock, HANDSHAKE_FRAME_BYTES_MAX).await
+    };
+    let hello =
+        match tokio::time::timeout(Duration::from_secs(HANDSHAKE_TIMEOUT_S), handshake).await {
+            Err(_) => {
+                return Err(ReplError::Protocol(format!(
+                    "no Hello within {HANDSHAKE_TIMEOUT_S} s: not a tickdb standby"
+                )))
+            }
+            Ok(Err(e)) => return Err(e),
+            Ok(Ok(None)) => return Err(ReplError::Protocol("closed before its Hello".into())),
+            Ok(Ok(Some(m))) => m,
+        };
+    let Message::Hello {
+        version,
+        nonce: their_nonce,
+        proof,
+        from_seq,
+        last_seq,
+        last_crc,
+        name,
+    } = hello
+    else {
+        return Err(refuse(
+            &mut sock,
+            format!("expected Hello, got {}: not a tickdb standby", hello.name()),
+        )
+        .await);
+    };
+    if version != PROTOCOL_VERSION {
+        return Err(refuse(
+            &mut sock,
+            format!("this primary speaks replication protocol version {PROTOCOL_VERSION}; the standby speaks {version}: run the same tickdb version on both"),
+        )
+        .await);
+    }
+    if !opts
+        .secret
+        .check(&opts.secret.standby_proof(&nonce, &their_nonce), &proof)
+    {
+        tracing::warn!("replication: {peer} ({name}) failed authentication: wrong shared secret");
+        return Err(refuse(
+            &mut sock,
+            "authentication failed: the standby's replication secret is not this primary's (--repl-secret-file, TICKDB_REPL_SECRET)".into(),
+        )
+        .await);
+    }
+    if from_seq != last_seq + 1 {
+        return Err(refuse(
+            &mut sock,
+            format!("bad Hello: from_seq {from_seq} does not follow last_seq {last_seq}"),
+        )
+        .await);
+    }
+    let primary_seq = tp.seq();
+    if last_seq > primary_seq {
+        return Err(refuse(
+            &mut sock,
+            format!(
+                "the standby holds records up to seq {last_seq}, but this primary's journal ends at seq {primary_seq}: \
+                 this primary lost records (a journal lost or cut) or the standby followed another primary. \
+                 Nothing was changed on either side; promote the standby, or rebuild it"
+            ),
+        )
+        .await);
+    }
+    let held = first_seq_held(&tp);
+    if from_seq < held && from_seq <= primary_seq {
+        return Err(refuse(
+            &mut sock,
+            format!(
+                "the standby needs seq {from_seq}, but this journal starts at seq {held} (trimmed behind a checkpoint): \
+                 the standby must be reseeded from a checkpoint"
+            ),
+        )
+        .await);
+    }
+    if last_seq > 0 && last_seq >= held {
+        let tp2 = tp.clone();
+        let ours = tokio::task::spawn_blocking(move || crc_at(&tp2, last_seq))
+            .await
+            .map_err(|e| ReplError::Journal(e.to_string()))??;
+        match ours {
+            Some(crc) if crc == last_crc => {}
+            Some(crc) => {
+                return Err(refuse(
+                    &mut sock,
+                    format!(
+                        "diverged at seq {last_seq}: the standby's record has CRC {last_crc:08x}, this primary's {crc:08x} \
+                         (journal {}). Replication stops here; nothing was changed on either side",
+                        tp.config().journal_dir.display()
+                    ),
+                )
+                .await)
+            }
+            None => {
+                return Err(refuse(&mut sock, format!("this primary cannot read its own record at seq {last_seq}")).await)
+            }
+        }
+    }
+    let schema = std::fs::read(
+        tp.config()
+            .journal_dir
+            .join(tickdb_journal::schema_history::SCHEMA_HISTORY_FILE),
+    )
+    .map_err(|e| ReplError::Journal(format!("reading the schema history: {e}")))?;
+    protocol::write_message(
+        &mut sock,
+        &Message::Welcome {
+            proof: opts.secret.primary_proof(&their_nonce, &nonce),
+            primary_seq,
+            first_seq_held: held,
+            mode: opts.ship.mode,
+            interval_ms: if opts.ship.mode == Mode::Interval {
+                opts.ship.interval.as_millis() as u64
+            } else {
+                0
+            },
+        },
+    )
+    .await?;
+    protocol::write_message(&mut sock, &Message::SchemaHistory { bytes: schema }).await?;
+    let id = standbys.next_id();
+    let link = Arc::new(StandbyLink::new(id, &name, peer, opts.ship.mode, from_seq));
+    standbys.add(link.clone());
+    tracing::info!(
+        "replication: standby {name} ({peer}) follows from seq {from_seq} ({} mode; primary at seq {primary_seq})",
+        opts.ship.mode.name()
+    );
+    let (rd, wr) = sock.into_split();
+    let result = shipper::ship(tp.clone(), link.clone(), from_seq, rd, wr, opts.ship).await;
+    if let Some(g) = tp.sync_gate() {
+        g.forget(id);
+    }
+    standbys.remove(id, tp.seq());
+    result
+}

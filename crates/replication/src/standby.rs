@@ -1,0 +1,504 @@
+//! The follower: a standby's link to its primary. It connects, proves the
+//! shared secret and checks the primary's proof, says where its journal
+//! ends (seq and that record's CRC), and appends what arrives to its own
+//! journal byte for byte: the same records (CRC and sequence checked on
+//! arrival, by the journal), rolled into segments where the primary rolled
+//! them. Each append is published to the standby's own subscribers (its rdb,
+//! chained standbys), and acknowledged with the sequences now received,
+//! durable (fsynced) and applied.
+//!
+//! A lost connection is retried with back-off from wherever the journal
+//! ends. A refusal that retrying cannot fix (diverged journals, a primary
+//! behind its standby, a wrong secret, a schema change) stops replication
+//! with the reason in /status and the log; the node keeps answering
+//! queries from what it has.
+
+use crate::auth::{self, Secret};
+use crate::protocol::{
+    self, Message, Mode, FRAME_BYTES_MAX, HANDSHAKE_FRAME_BYTES_MAX, PROTOCOL_VERSION,
+};
+use crate::status::{FollowerStatus, LinkState};
+use crate::ReplError;
+use parking_lot::Mutex;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tickdb_tp::{ReplicatedItem, Tickerplant};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+/// Time to connect and complete the handshake.
+pub const CONNECT_TIMEOUT_S: u64 = 10;
+/// Back-off between reconnection attempts, first and most.
+pub const RECONNECT_DELAY_MS_MIN: u64 = 100;
+pub const RECONNECT_DELAY_MS_MAX: u64 = 5_000;
+/// An acknowledgement goes out at least this often while durable or applied
+/// progress changes (fsync interval, the rdb applying after the append).
+pub const ACK_INTERVAL_MS: u64 = 50;
+/// Frames received ahead of the journal appending them.
+const RECEIVE_FRAMES_AHEAD: usize = 8;
+
+/// Where and how to follow.
+#[derive(Debug, Clone)]
+pub struct FollowOptions {
+    /// The primary's replication address, HOST:PORT.
+    pub primary: String,
+    /// This standby's name, as the primary reports it.
+    pub name: String,
+    pub secret: Secret,
+}
+
+/// A completed handshake.
+pub struct Connected {
+    sock: TcpStream,
+    pub primary_seq: u64,
+    pub first_seq_held: u64,
+    pub mode: Mode,
+    /// The primary's journal/SCHEMA file.
+    pub schema_history: Vec<u8>,
+}
+
+/// Connects and completes the handshake for a journal ending at
+/// `last_seq` (whose record has CRC `last_crc`).
+pub async fn connect(
+    opts: &FollowOptions,
+    last_seq: u64,
+    last_crc: u32,
+) -> Result<Connected, ReplError> {
+    let go = async {
+        let mut sock = TcpStream::connect(&opts.primary).await?;
+        let _ = sock.set_nodelay(true);
+        let challenge = protocol::read_message(&mut sock, HANDSHAKE_FRAME_BYTES_MAX)
+            .await?
+            .ok_or_else(|| ReplError::Protocol("the primary closed before its challenge".into()))?;
+        let Message::Challenge {
+            version,
+            nonce,
+            name,
+        } = challenge
+        else {
+            return Err(ReplError::Protocol(format!(
+                "expected a Challenge from {}, got {}: is this a tickdb replication port (--repl-port)?",
+                opts.primary,
+                challenge.name()
+            )));
+        };
+        if version != PROTOCOL_VERSION {
+            return Err(ReplError::Refused(format!(
+                "the primary {} speaks replication protocol version {version}; this standby speaks {PROTOCOL_VERSION}: run the same tickdb version on both",
+                opts.primary
+            )));
+        }
+        let mine = auth::nonce();
+        protocol::write_message(
+            &mut sock,
+            &Message::Hello {
+                version: PROTOCOL_VERSION,
+                nonce: mine,
+                proof: opts.secret.standby_proof(&nonce, &mine),
+                from_seq: last_seq + 1,
+                last_seq,
+                last_crc,
+                name: opts.name.clone(),
+            },
+        )
+        .await?;
+        let answer = protocol::read_message(&mut sock, HANDSHAKE_FRAME_BYTES_MAX)
+            .await?
+            .ok_or_else(|| {
+                ReplError::Protocol("the primary closed the connection after the Hello".into())
+            })?;
+        let (primary_seq, first_seq_held, mode) = match answer {
+            Message::Refuse { reason } => {
+                return Err(ReplError::Refused(format!(
+                    "the primary {} ({name}) refused: {reason}",
+                    opts.primary
+                )))
+            }
+            Message::Welcome {
+                proof,
+                primary_seq,
+                first_seq_held,
+                mode,
+                ..
+            } => {
+                if !opts
+                    .secret
+                    .check(&opts.secret.primary_proof(&mine, &nonce), &proof)
+                {
+                    return Err(ReplError::Refused(format!(
+                        "the primary {} failed authentication (it does not hold this standby's replication secret)",
+                        opts.primary
+                    )));
+                }
+                (primary_seq, first_seq_held, mode)
+            }
+            other => {
+                return Err(ReplError::Protocol(format!(
+                    "expected Welcome, got {}",
+                    other.name()
+                )))
+            }
+        };
+        let schema = match protocol::read_message(&mut sock, FRAME_BYTES_MAX).await? {
+            Some(Message::SchemaHistory { bytes }) => bytes,
+            other => {
+                return Err(ReplError::Protocol(format!(
+                    "expected the schema history, got {}",
+                    other.map(|m| m.name()).unwrap_or("the end of the stream")
+                )))
+            }
+        };
+        Ok(Connected {
+            sock,
+            primary_seq,
+            first_seq_held,
+            mode,
+            schema_history: schema,
+        })
+    };
+    tokio::time::timeout(Duration::from_secs(CONNECT_TIMEOUT_S), go)
+        .await
+        .map_err(|_| {
+            ReplError::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "connecting to the primary {}: no answer within {CONNECT_TIMEOUT_S} s",
+                    opts.primary
+                ),
+            ))
+        })?
+}
+
+/// The primary's schema history for this standby's journal: installed
+/// (durably) when the journal has none; otherwise it must be the same file.
+/// Returns the schema text in force now.
+pub fn adopt_schema(journal_dir: &Path, primary_history: &[u8]) -> Result<String, ReplError> {
+    use tickdb_journal::schema_history::{SchemaHistory, SCHEMA_HISTORY_FILE};
+    let path = journal_dir.join(SCHEMA_HISTORY_FILE);
+    let theirs = SchemaHistory::decode(primary_history, &path)
+        .map_err(|e| ReplError::Protocol(format!("the primary's schema history: {e}")))?;
+    match std::fs::read(&path) {
+        Ok(ours) if ours == primary_history => {}
+        Ok(_) => {
+            return Err(ReplError::Refused(format!(
+                "this standby's schema history ({}) differs from its primary's: the primary's schema changed. \
+                 Restart the standby with an empty data directory, or after the primary's change (it adopts the primary's schema at start)",
+                path.display()
+            )))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(journal_dir)?;
+            theirs
+                .write(&tickdb_journal::FsStorage, journal_dir)
+                .map_err(|e| ReplError::Journal(format!("writing the schema history: {e}")))?;
+        }
+        Err(e) => return Err(ReplError::Io(e)),
+    }
+    Ok(theirs.current().text.clone())
+}
+
+/// The follower's state, shared with /status.
+pub struct Follower {
+    opts: FollowOptions,
+    status: Mutex<FollowerStatus>,
+    heard: Mutex<Option<Instant>>,
+    connects: AtomicU64,
+}
+
+impl Follower {
+    pub fn new(opts: FollowOptions) -> Arc<Follower> {
+        Arc::new(Follower {
+            status: Mutex::new(FollowerStatus {
+                primary: opts.primary.clone(),
+                state: LinkState::Connecting,
+                reason: None,
+                mode: None,
+                received_seq: 0,
+                durable_seq: 0,
+                applied_seq: 0,
+                primary_seq: 0,
+                lag_records: 0,
+                heard_ms_ago: 0.0,
+                connects: 0,
+            }),
+            heard: Mutex::new(None),
+            connects: AtomicU64::new(0),
+            opts,
+        })
+    }
+
+    pub fn options(&self) -> &FollowOptions {
+        &self.opts
+    }
+
+    pub fn status(&self, tp: &Tickerplant, applied: u64) -> FollowerStatus {
+        let mut s = self.status.lock().clone();
+        s.received_seq = tp.seq();
+        s.durable_seq = tp.synced_seq();
+        s.applied_seq = applied;
+        s.primary_seq = s.primary_seq.max(s.received_seq);
+        s.lag_records = s.primary_seq.saturating_sub(s.received_seq);
+        s.heard_ms_ago = self
+            .heard
+            .lock()
+            .map(|t| t.elapsed().as_secs_f64() * 1000.0)
+            .unwrap_or(0.0);
+        s.connects = self.connects.load(Ordering::Relaxed);
+        s
+    }
+
+    fn set(&self, state: LinkState, reason: Option<String>) {
+        let mut s = self.status.lock();
+        s.state = state;
+        s.reason = reason;
+    }
+
+    /// Follows the primary until a refusal that retrying cannot fix
+    /// (returned, and shown in /status). `first` is a handshake already
+    /// made (a new standby's, before its tp opened). `applied` is the rdb's
+    /// applied sequence.
+    pub async fn run(
+        self: Arc<Self>,
+        tp: Arc<Tickerplant>,
+        first: Option<Connected>,
+        applied: Arc<dyn Fn() -> u64 + Send + Sync>,
+    ) -> ReplError {
+        let mut first = first;
+        let mut delay = RECONNECT_DELAY_MS_MIN;
+        loop {
+            let conn = match first.take() {
+                Some(c) => Ok(c),
+                None => {
+                    self.set(LinkState::Connecting, None);
+                    let last = tp.seq();
+                    let crc = last_crc(&tp, last);
+                    match crc {
+                        Ok(crc) => connect(&self.opts, last, crc).await,
+                        Err(e) => Err(e),
+                    }
+                }
+            };
+            let conn = match conn {
+                Ok(c) => c,
+                Err(ReplError::Refused(reason)) => {
+                    tracing::error!("replication stopped: {reason}");
+                    self.set(LinkState::Stopped, Some(reason.clone()));
+                    return ReplError::Refused(reason);
+                }
+                Err(e) => {
+                    self.set(LinkState::Connecting, Some(e.to_string()));
+                    tracing::warn!("replication: {e}; retrying in {delay} ms");
+                    tokio::time::sleep(Duration::from_millis(delay)).await;
+                    delay = (delay * 2).min(RECONNECT_DELAY_MS_MAX);
+                    continue;
+                }
+            };
+            if let Err(e) = adopt_schema(&tp.config().journal_dir, &conn.schema_history) {
+                let reason = e.to_string();
+                tracing::error!("replication stopped: {reason}");
+                self.set(LinkState::Stopped, Some(reason.clone()));
+                return ReplError::Refused(reason);
+            }
+            delay = RECONNECT_DELAY_MS_MIN;
+            self.connects.fetch_add(1, Ordering::Relaxed);
+            {
+                let mut s = self.status.lock();
+                s.mode = Some(conn.mode);
+                s.primary_seq = conn.primary_seq;
+            }
+            *self.heard.lock() = Some(Instant::now());
+            self.set(
+                if conn.primary_seq > tp.seq() {
+                    LinkState::CatchingUp
+                } else {
+                    LinkState::Streaming
+                },
+                None,
+            );
+            tracing::info!(
+                "replication: following {} from seq {} ({} mode; primary at seq {})",
+                self.opts.primary,
+                tp.seq() + 1,
+                conn.mode.name(),
+                conn.primary_seq
+            );
+            match self.stream(&tp, conn, applied.clone()).await {
+                Err(ReplError::Refused(reason)) | Err(ReplError::Journal(reason)) => {
+                    tracing::error!("replication stopped: {reason}");
+                    self.set(LinkState::Stopped, Some(reason.clone()));
+                    return ReplError::Refused(reason);
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "replication: link to {} lost: {e}; reconnecting",
+                        self.opts.primary
+                    );
+                    self.set(LinkState::Connecting, Some(e.to_string()));
+                }
+                Ok(()) => {
+                    tracing::warn!(
+                        "replication: the primary {} closed the link; reconnecting",
+                        self.opts.primary
+                    );
+                    self.set(
+                        LinkState::Connecting,
+                        Some("the primary closed the link".into()),
+                    );
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(RECONNECT_DELAY_MS_MIN)).await;
+        }
+    }
+
+    async fn stream(
+        &self,
+        tp: &Arc<Tickerplant>,
+        conn: Connected,
+        applied: Arc<dyn Fn() -> u64 + Send + Sync>,
+    ) -> Result<(), ReplError> {
+        let (mut rd, mut wr) = conn.sock.into_split();
+        let (tx, mut rx) = tokio::sync::mpsc::channel(RECEIVE_FRAMES_AHEAD);
+        // Frames are read in their own task: a half-read frame must not be
+        // dropped by the select below.
+        let reader = tokio::spawn(async move {
+            loop {
+                let m = protocol::read_message(&mut rd, FRAME_BYTES_MAX).await;
+                let end = !matches!(m, Ok(Some(_)));
+                if tx.send(m).await.is_err() || end {
+                    return;
+                }
+            }
+        });
+        let mut last_ack = (u64::MAX, u64::MAX, u64::MAX);
+        let mut ticker = tokio::time::interval(Duration::from_millis(ACK_INTERVAL_MS));
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let result = loop {
+            let got = tokio::select! {
+                m = rx.recv() => m,
+                _ = ticker.tick() => {
+                    if let Err(e) = ack(&mut wr, tp, &applied, &mut last_ack).await {
+                        break Err(e);
+                    }
+                    continue;
+                }
+            };
+            let msg = match got {
+                None | Some(Ok(None)) => break Ok(()),
+                Some(Err(e)) => break Err(e),
+                Some(Ok(Some(m))) => m,
+            };
+            let mut items = Vec::new();
+            let mut next = Some(msg);
+            // Everything already received goes to the journal as one group
+            // (one commit, one fsync).
+            while let Some(m) = next.take() {
+                match m {
+                    Message::SegmentStart {
+                        first_seq,
+                        created_ns,
+                    } => items.push(ReplicatedItem::SegmentStart {
+                        first_seq,
+                        created_unix_ns: created_ns,
+                    }),
+                    Message::Records { bytes } => items.push(ReplicatedItem::Records(bytes)),
+                    Message::Heartbeat { primary_seq, .. } => {
+                        self.status.lock().primary_seq = primary_seq;
+                        *self.heard.lock() = Some(Instant::now());
+                    }
+                    Message::Refuse { reason } => {
+                        return Err(ReplError::Refused(format!(
+                            "the primary stopped the link: {reason}"
+                        )))
+                    }
+                    other => {
+                        return Err(ReplError::Protocol(format!(
+                            "unexpected {} from the primary",
+                            other.name()
+                        )))
+                    }
+                }
+                if let Ok(Ok(Some(m))) = rx.try_recv() {
+                    next = Some(m);
+                }
+            }
+            if items.is_empty() {
+                continue;
+            }
+            *self.heard.lock() = Some(Instant::now());
+            match tp.append_replicated(items).await {
+                Ok(seq) => {
+                    let mut s = self.status.lock();
+                    s.primary_seq = s.primary_seq.max(seq);
+                    if s.state == LinkState::CatchingUp && seq >= s.primary_seq {
+                        s.state = LinkState::Streaming;
+                    }
+                }
+                Err(e) => break Err(ReplError::Journal(format!(
+                    "a record from the primary {} does not fit this standby's journal (at seq {}): {e}",
+                    self.opts.primary,
+                    tp.seq()
+                ))),
+            }
+            if let Err(e) = ack(&mut wr, tp, &applied, &mut last_ack).await {
+                break Err(e);
+            }
+        };
+        reader.abort();
+        if let Err(ReplError::Journal(reason)) = &result {
+            let _ = protocol::write_message(
+                &mut wr,
+                &Message::Refuse {
+                    reason: reason.clone(),
+                },
+            )
+            .await;
+        }
+        let _ = wr.shutdown().await;
+        result
+    }
+}
+
+async fn ack(
+    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+    tp: &Tickerplant,
+    applied: &Arc<dyn Fn() -> u64 + Send + Sync>,
+    last: &mut (u64, u64, u64),
+) -> Result<(), ReplError> {
+    let now = (tp.seq(), tp.synced_seq(), applied());
+    if now == *last {
+        return Ok(());
+    }
+    *last = now;
+    protocol::write_message(
+        wr,
+        &Message::Ack {
+            received_seq: now.0,
+            durable_seq: now.1,
+            applied_seq: now.2,
+        },
+    )
+    .await
+}
+
+/// The CRC32C of the journal's record at `seq` (0 for seq 0).
+pub fn last_crc(tp: &Tickerplant, seq: u64) -> Result<u32, ReplError> {
+    if seq == 0 {
+        return Ok(0);
+    }
+    let mut r =
+        tickdb_journal::RawReader::open(&tp.config().journal_dir, seq, seq).map_err(|e| {
+            ReplError::Journal(format!(
+                "reading this standby's last record (seq {seq}): {e}"
+            ))
+        })?;
+    let mut buf = Vec::new();
+    match r.read_into(&mut buf) {
+        Ok(Some(_)) if buf.len() >= 8 => Ok(u32::from_le_bytes([buf[4], buf[5], buf[6], buf[7]])),
+        Ok(_) => Err(ReplError::Journal(format!(
+            "this standby's record at seq {seq} is missing"
+        ))),
+        Err(e) => Err(ReplError::Journal(e.to_string())),
+    }
+}
