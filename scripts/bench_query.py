@@ -219,7 +219,7 @@ def main() -> int:
 
         http, pg = free_port(), free_port()
         tick = Server("tickdb", [a.bin, "up", "--http-port", str(http), "--ilp-port", str(free_port()),
-                                 "--tp-port", str(free_port()), "--pg-port", str(pg), "--data-dir", str(work / "tickdb"),
+                                 "--tp-port", str(free_port()), "--repl-port", str(free_port()), "--pg-port", str(pg), "--data-dir", str(work / "tickdb"),
                                  "--fsync", "never", "--query-timeout-ms", "600000",
                                  "--query-memory-bytes", str(8 << 30)],
                       work / "tickdb.log", env={**os.environ, "TICKDB_LOG": "warn"})

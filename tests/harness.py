@@ -205,6 +205,7 @@ class Cluster:
         data_dir = data_dir or self.tmp / "data"
         p = Proc(
             ["up", "--http-port", str(http), "--ilp-port", str(ilp), "--tp-port", str(tp),
+             "--repl-port", str(ports.get("repl", free_port())),
              "--pg-port", str(pg), "--data-dir", str(data_dir), *extra],
             self._log("up"),
             http_port=int(str(http).split(",")[-1]),
@@ -224,6 +225,7 @@ class Cluster:
         data_dir = data_dir or self.tmp / "data"
         p = Proc(
             ["tp", "--http-port", str(http), "--ilp-port", str(ilp), "--tp-port", str(tp),
+             "--repl-port", str(ports.get("repl", free_port())),
              "--data-dir", str(data_dir), *extra],
             self._log("tp"),
             http_port=http,

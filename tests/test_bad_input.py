@@ -144,7 +144,7 @@ def test_unwritable_data_dir_is_a_clear_error(tmp_path):
     blocker = tmp_path / "afile"
     blocker.write_text("not a directory")
     r = run(["tp", "--data-dir", str(blocker / "data"), "--http-port", str(free_port()),
-             "--ilp-port", str(free_port()), "--tp-port", str(free_port())])
+             "--ilp-port", str(free_port()), "--tp-port", str(free_port()), "--repl-port", str(free_port())])
     assert r.returncode != 0
     assert "journal directory" in r.stderr and str(blocker) in r.stderr, r.stderr
 
@@ -153,7 +153,7 @@ def test_bad_schema_file_is_a_clear_error(tmp_path):
     schema = tmp_path / "schema.toml"
     schema.write_text("[tables.trade]\ncolumns = [{ name = 'time', type = 'timestamp' }, { name = 'x', type = 'decimal' }]\n")
     r = run(["tp", "--schema", str(schema), "--data-dir", str(tmp_path / "d"), "--http-port", str(free_port()),
-             "--ilp-port", str(free_port()), "--tp-port", str(free_port())])
+             "--ilp-port", str(free_port()), "--tp-port", str(free_port()), "--repl-port", str(free_port())])
     assert r.returncode != 0
     assert "schema.toml" in r.stderr, r.stderr
 

@@ -130,5 +130,5 @@ def test_fsmem_tables_are_file_backed_and_accounted(cluster, tmp_path):
     from harness import free_port, run
 
     r = run(["up", "--fsmem", "quote.bsize", "--data-dir", str(tmp_path / "d2"), "--http-port", str(free_port()),
-             "--ilp-port", str(free_port()), "--tp-port", str(free_port()), "--pg-port", str(free_port())])
+             "--ilp-port", str(free_port()), "--tp-port", str(free_port()), "--repl-port", str(free_port()), "--pg-port", str(free_port())])
     assert r.returncode != 0 and "fsmem" in r.stderr, r.stderr

@@ -185,7 +185,7 @@ def test_the_tools_on_a_directory_without_a_journal_exit_2(tmp_path):
 def up_args(tmp_path: Path, schema: str) -> list[str]:
     from harness import free_port
     return ["up", "--schema", schema, "--data-dir", str(tmp_path / "d"), "--http-port", str(free_port()),
-            "--ilp-port", str(free_port()), "--tp-port", str(free_port()), "--pg-port", str(free_port())]
+            "--ilp-port", str(free_port()), "--tp-port", str(free_port()), "--repl-port", str(free_port()), "--pg-port", str(free_port())]
 
 
 def test_schema_errors_never_quote_the_file(tmp_path):

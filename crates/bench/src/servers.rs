@@ -76,6 +76,7 @@ fn start_tickdb_once(
             &ilp.to_string(),
         ])
         .args(["--tp-port", &tp.to_string()])
+        .args(["--repl-port", &free_port()?.to_string()])
         .arg("--data-dir")
         .arg(&data_dir)
         .args(extra)

@@ -63,6 +63,7 @@ impl Server {
             .args(["--http-port", &http.to_string()])
             .args(["--ilp-port", &ilp.to_string()])
             .args(["--tp-port", &tp.to_string()])
+            .args(["--repl-port", &free_port().to_string()])
             .args(["--pg-port", &free_port().to_string()])
             .arg("--data-dir")
             .arg(data_dir)
