@@ -202,16 +202,18 @@ class Cluster:
         ilp = ports.get("ilp", free_port())
         tp = ports.get("tp", free_port())
         pg = ports.get("pg", free_port())
+        repl = ports.get("repl", free_port())
         data_dir = data_dir or self.tmp / "data"
         p = Proc(
             ["up", "--http-port", str(http), "--ilp-port", str(ilp), "--tp-port", str(tp),
-             "--repl-port", str(ports.get("repl", free_port())),
+             "--repl-port", str(repl),
              "--pg-port", str(pg), "--data-dir", str(data_dir), *extra],
             self._log("up"),
             http_port=int(str(http).split(",")[-1]),
         )
         p.ilp_port, p.tp_port, p.data_dir = ilp, tp, data_dir
         p.pg_port = int(str(pg).split(",")[-1])
+        p.repl_port = int(str(repl).split(",")[-1])
         self.procs.append(p)
         return p
 
@@ -222,15 +224,17 @@ class Cluster:
         http = ports.get("http", free_port())
         ilp = ports.get("ilp", free_port())
         tp = ports.get("tp", free_port())
+        repl = ports.get("repl", free_port())
         data_dir = data_dir or self.tmp / "data"
         p = Proc(
             ["tp", "--http-port", str(http), "--ilp-port", str(ilp), "--tp-port", str(tp),
-             "--repl-port", str(ports.get("repl", free_port())),
+             "--repl-port", str(repl),
              "--data-dir", str(data_dir), *extra],
             self._log("tp"),
             http_port=http,
         )
         p.ilp_port, p.tp_port, p.data_dir = ilp, tp, data_dir
+        p.repl_port = int(str(repl).split(",")[-1])
         self.procs.append(p)
         return p
 

@@ -311,6 +311,7 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
     }
     let node = Node::new(Role::Up);
     start_http(http_l, &node, &a.http);
+    check_data_dir(&a.tp.data_dir)?;
     let prepared = crate::replication::prepare(
         &a.tp.repl,
         &a.tp.data_dir,
@@ -443,6 +444,7 @@ pub async fn tp(a: TpOnlyArgs) -> Result<(), String> {
     let repl_l = bind(a.net.bind, &a.tp.repl.repl_port, "replication").await?;
     let node = Node::new(Role::Tp);
     start_http(http_l, &node, &a.http);
+    check_data_dir(&a.tp.data_dir)?;
     let prepared = crate::replication::prepare(
         &a.tp.repl,
         &a.tp.data_dir,
