@@ -61,7 +61,7 @@ pub async fn serve(
         tokio::spawn(async move {
             match serve_one(sock, &peer.to_string(), tp, &opts, &standbys).await {
                 Ok(()) => tracing::info!("replication: standby {peer} disconnected"),
-                Err(e) => tracing::warn!("replication: standby {peer}: {e}"),
+                Err(e) => tracing::warn!("replication: {peer}: {e}"),
             }
             drop(permit);
         });
