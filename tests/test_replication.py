@@ -421,3 +421,33 @@ def test_journal_compare_reports_the_first_difference(cluster):
     r = compare(p.data_dir, s.data_dir)
     assert r.returncode in (1, 2), r.stdout
     assert "seq" in r.stdout + r.stderr
+
+
+def test_a_standby_reseeds_when_the_primary_trimmed_its_journal(cluster):
+    hot = ["--hot-restart", str(cluster.tmp / "p-hot"), "--segment-bytes-max", "20000"]
+    p = primary(cluster, "p", hot)
+    w = Writer(p, rows_per_update=100)
+    w.write(12)
+    r = requests.post(p.url + "/checkpoint", timeout=30)
+    assert r.status_code == 200, r.text
+    r = requests.post(p.url + "/journal/trim", timeout=30)
+    assert r.status_code == 200 and r.json()["segments_removed"] > 0, r.text
+    w.write(3)
+    # A new standby needs seq 1, which the primary no longer holds.
+    s = standby(cluster, p, "s", ["--hot-restart", str(cluster.tmp / "s-hot")])
+    w.write(3)
+    wait_caught_up(p, s)
+    log = s.log_tail(100)
+    assert "reseeding from the primary's tables" in log and "reseed: " in log, log
+    assert count(s) == count(p) == len(w.acked)
+    assert s.scalar("select sum(size) from trade") == p.scalar("select sum(size) from trade")
+    # Its journal is the primary's from its own first record on.
+    r = compare(p.data_dir, s.data_dir, exact=False)
+    assert r.returncode == 0 and "identical over seq" in r.stdout, r.stdout
+    # A restart of the reseeded standby needs no second reseed.
+    s.terminate()
+    w.write(2)
+    s2 = standby(cluster, p, "s", ["--hot-restart", str(cluster.tmp / "s-hot")])
+    wait_caught_up(p, s2)
+    assert count(s2) == len(w.acked)
+    assert "reseeding" not in s2.log_tail(200).split("tickdb up:")[-1]

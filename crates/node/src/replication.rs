@@ -32,18 +32,85 @@ pub struct Prepared {
     pub secret_source: SecretSource,
     pub name: String,
     /// On a standby: the schema (TOML) adopted from the primary, and the
-    /// handshake already made when that took a connection.
+    /// handshake already made, which the follower goes on with.
     pub standby: Option<(String, Option<Connected>)>,
+    /// On a standby that needed records its primary had trimmed: the cut of
+    /// the primary's tables it received, to load before anything else.
+    pub reseeded: Option<tickdb_replication::reseed::Reseeded>,
 }
 
-/// Resolves the secret and, on a standby, the schema: from its own
-/// journal's schema history when it has one, else from the primary (the
-/// first contact; retried until the primary answers or refuses).
+/// Where an existing journal ends: its last sequence and that record's
+/// CRC (0, 0 for none). Opens it (recovery) and closes it again.
+fn local_tail(journal_dir: &Path) -> Result<(u64, u32), String> {
+    let has_segments = std::fs::read_dir(journal_dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok()).any(|e| {
+                tickdb_journal::format::parse_segment_file_name(&e.file_name().to_string_lossy())
+                    .is_some()
+            })
+        })
+        .unwrap_or(false);
+    if !has_segments {
+        return Ok((0, 0));
+    }
+    let opts = tickdb_journal::JournalOptions {
+        roll: tickdb_journal::RollPolicy::Manual,
+        ..tickdb_journal::JournalOptions::default()
+    };
+    let (j, _) = tickdb_journal::Journal::open(journal_dir, opts)
+        .map_err(|e| format!("journal {}: {e}", journal_dir.display()))?;
+    let last = j.last_seq();
+    drop(j);
+    if last == 0 {
+        return Ok((0, 0));
+    }
+    let mut r =
+        tickdb_journal::RawReader::open(journal_dir, last, last).map_err(|e| e.to_string())?;
+    let mut buf = Vec::new();
+    match r.read_into(&mut buf) {
+        Ok(Some(_)) if buf.len() >= 8 => {
+            Ok((last, u32::from_le_bytes([buf[4], buf[5], buf[6], buf[7]])))
+        }
+        other => Err(format!(
+            "reading the journal's last record (seq {last}): {other:?}"
+        )),
+    }
+}
+
+/// Moves a directory aside (kept, never deleted) before a reseed replaces
+/// what it held.
+fn move_aside(dir: &Path, what: &str) -> Result<(), String> {
+    if !dir.exists() {
+        return Ok(());
+    }
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
+    let to = dir.with_file_name(format!("{name}.before-reseed-{stamp}"));
+    std::fs::rename(dir, &to).map_err(|e| format!("moving {what} {} aside: {e}", dir.display()))?;
+    tracing::warn!(
+        "reseed: the old {what} was moved to {} (kept, not deleted)",
+        to.display()
+    );
+    Ok(())
+}
+
+/// Resolves the secret and, on a standby, meets the primary before the
+/// journal opens: the handshake (retried until the primary answers or
+/// refuses), the schema it adopts, and, when it needs records the primary
+/// trimmed, the reseed (`hot_dir`, the Hot Restart store, is replaced too).
 pub async fn prepare(
     a: &ReplArgs,
     data_dir: &Path,
     bind: &str,
     life: &crate::lifecycle::Lifecycle,
+    can_reseed: bool,
+    hot_dir: Option<&Path>,
 ) -> Result<Prepared, String> {
     let (secret, source) =
         Secret::resolve(a.repl_secret_file.as_deref(), data_dir).map_err(|e| e.to_string())?;
@@ -57,31 +124,20 @@ pub async fn prepare(
             secret_source: source,
             name,
             standby: None,
+            reseeded: None,
         });
     };
     let journal_dir = data_dir.join("journal");
-    let history = journal_dir.join(tickdb_journal::schema_history::SCHEMA_HISTORY_FILE);
-    if let Ok(bytes) = std::fs::read(&history) {
-        let h =
-            tickdb_journal::SchemaHistory::decode(&bytes, &history).map_err(|e| e.to_string())?;
-        return Ok(Prepared {
-            secret,
-            secret_source: source,
-            name,
-            standby: Some((h.current().text.clone(), None)),
-        });
-    }
-    life.starting(&format!(
-        "connecting to the primary {primary} for its schema"
-    ));
+    let (last, crc) = local_tail(&journal_dir)?;
+    life.starting(&format!("connecting to the primary {primary}"));
     let opts = FollowOptions {
         primary: primary.clone(),
         name: name.clone(),
         secret: secret.clone(),
     };
     let mut delay = standby::RECONNECT_DELAY_MS_MIN;
-    let conn = loop {
-        match standby::connect(&opts, 0, 0).await {
+    let mut conn = loop {
+        match standby::connect(&opts, last, crc, can_reseed).await {
             Ok(c) => break c,
             Err(ReplError::Refused(r)) => return Err(r),
             Err(e) => {
@@ -91,6 +147,35 @@ pub async fn prepare(
             }
         }
     };
+    let mut reseeded = None;
+    if let Some(h) = conn.reseed {
+        tracing::warn!(
+            "standby: this journal ends at seq {last}, and the primary's starts at seq {} (trimmed): reseeding from the primary's tables as of seq {}",
+            conn.first_seq_held,
+            h.seq
+        );
+        if last > 0 {
+            move_aside(&journal_dir, "journal")?;
+        } else {
+            // Nothing was journaled here: only what start-up made (the
+            // directory, its lock file, a schema history).
+            let _ = std::fs::remove_dir_all(&journal_dir);
+        }
+        if let Some(hot) = hot_dir.filter(|h| {
+            std::fs::read_dir(h)
+                .map(|mut d| d.next().is_some())
+                .unwrap_or(false)
+        }) {
+            move_aside(hot, "Hot Restart store")?;
+        }
+        life.loading("reseeding from the primary (rows)", h.rows);
+        let l = life.clone();
+        let progress = move |done: u64, _total: u64| l.progress(done);
+        reseeded = conn
+            .receive_reseed(data_dir, &progress)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
     let text =
         standby::adopt_schema(&journal_dir, &conn.schema_history).map_err(|e| e.to_string())?;
     Ok(Prepared {
@@ -98,7 +183,103 @@ pub async fn prepare(
         secret_source: source,
         name,
         standby: Some((text, Some(conn))),
+        reseeded,
     })
+}
+
+/// An rdb's tables as reseed cuts for standbys.
+pub struct RdbSnapshots(pub Arc<tickdb_rdb::Rdb>);
+
+struct RdbCut {
+    seq: u64,
+    tables: Vec<tickdb_core::store::TableSnapshot>,
+    rows: u64,
+    table: usize,
+    chunk: usize,
+}
+
+impl tickdb_replication::reseed::SnapshotSource for RdbSnapshots {
+    fn cut(&self) -> Result<Box<dyn tickdb_replication::reseed::SnapshotCut>, String> {
+        let rdb = &self.0;
+        // The checkpoint's cut: one pin per table while no update applies.
+        let (seq, pins) = rdb.paused(|seq| {
+            let pins: Result<Vec<_>, _> = rdb
+                .store()
+                .schema()
+                .tables
+                .iter()
+                .map(|t| rdb.store().pin(&t.name))
+                .collect();
+            (seq, pins)
+        });
+        let tables = pins
+            .map_err(|e| e.to_string())?
+            .iter()
+            .map(|p| p.raw_snapshot())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.to_string())?;
+        let rows = tables.iter().map(|t| t.rows as u64).sum();
+        Ok(Box::new(RdbCut {
+            seq,
+            tables,
+            rows,
+            table: 0,
+            chunk: 0,
+        }))
+    }
+}
+
+impl tickdb_replication::reseed::SnapshotCut for RdbCut {
+    fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    fn tables(&self) -> u32 {
+        self.tables.len() as u32
+    }
+
+    fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    fn next_payload(&mut self) -> Result<Option<Vec<u8>>, String> {
+        while let Some(t) = self.tables.get(self.table) {
+            if let Some(c) = t.chunks.get(self.chunk) {
+                self.chunk += 1;
+                if c.batch.num_rows() == 0 {
+                    continue;
+                }
+                let b = tickdb_core::from_arrow::batch_from_arrow(&t.def.name, &c.batch)
+                    .map_err(|e| format!("table '{}': {e}", t.def.name))?;
+                return Ok(Some(tickdb_core::codec::encode_to_vec(&[b])));
+            }
+            self.table += 1;
+            self.chunk = 0;
+        }
+        Ok(None)
+    }
+}
+
+/// Loads a reseed's spooled tables into a new rdb (then removes the spool).
+pub fn load_reseed(
+    rdb: &tickdb_rdb::Rdb,
+    r: &tickdb_replication::reseed::Reseeded,
+) -> Result<(), String> {
+    let schema = rdb.store().schema().clone();
+    rdb.load_cut(r.seq, |apply| {
+        tickdb_replication::reseed::read_spool(&r.spool, |payload| {
+            for b in
+                tickdb_core::codec::decode(payload, Some(&schema)).map_err(|e| e.to_string())?
+            {
+                apply(&b)?;
+            }
+            Ok(())
+        })
+    })
+    .map_err(|e| e.to_string())?;
+    let _ = std::fs::remove_file(&r.spool);
+    tracing::info!("reseed: {} rows loaded as of seq {}", r.rows, r.seq);
+    Ok(())
 }
 
 /// Serves the replication port, and on a standby follows the primary.
@@ -109,6 +290,7 @@ pub fn start(
     a: &ReplArgs,
     prepared: Prepared,
     applied: Arc<dyn Fn() -> u64 + Send + Sync>,
+    snapshots: Option<Arc<dyn tickdb_replication::reseed::SnapshotSource>>,
 ) -> Arc<Replication> {
     let mode = a.mode();
     let standbys = Arc::new(Standbys::default());
@@ -119,6 +301,7 @@ pub fn start(
             interval: Duration::from_secs(a.forward_interval_s.max(1)),
         },
         secret: prepared.secret.clone(),
+        snapshots,
     });
     tokio::spawn(primary::serve(listener, tp.clone(), opts, standbys.clone()));
     let follower = prepared.standby.map(|(_, first)| {

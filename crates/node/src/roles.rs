@@ -169,6 +169,7 @@ fn tp_config(
         ilp_connections_max: a.ilp_connections_max,
         standby_of: a.repl.standby_of.clone(),
         sync: a.repl.sync_policy(),
+        first_seq: None,
     }
 }
 
@@ -225,10 +226,12 @@ fn open_tp(
     schema: Arc<Schema>,
     schema_toml: String,
     schema_origin: String,
+    first_seq: Option<u64>,
 ) -> Result<Arc<Tickerplant>, String> {
     check_data_dir(&a.data_dir)?;
-    let (tp, report) = Tickerplant::open(tp_config(a, schema, schema_toml, schema_origin))
-        .map_err(|e| e.to_string())?;
+    let mut cfg = tp_config(a, schema, schema_toml, schema_origin);
+    cfg.first_seq = first_seq;
+    let (tp, report) = Tickerplant::open(cfg).map_err(|e| e.to_string())?;
     tracing::info!("journal {}: {report}", a.data_dir.join("journal").display());
     Ok(tp)
 }
@@ -317,9 +320,13 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
         &a.tp.data_dir,
         &a.net.bind.to_string(),
         &node.life,
+        true,
+        a.hot.hot_restart.as_deref(),
     )
     .await?;
     let (schema, toml) = standby_schema(&prepared, schema, toml)?;
+    let reseeded = prepared.reseeded.clone();
+    let first_seq = reseeded.as_ref().map(|r| r.journal_from);
     node.life
         .starting("opening the journal and the Hot Restart store");
     // The journal's recovery scan and the Hot Restart store's reload read
@@ -337,7 +344,7 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
             let hot = std::thread::Builder::new()
                 .name("hot-restart-reload".into())
                 .spawn_scoped(s, || crate::persist::open(&hot_args));
-            let tp = open_tp(&tp_args, tp_schema, tp_toml, origin);
+            let tp = open_tp(&tp_args, tp_schema, tp_toml, origin, first_seq);
             let hot = match hot {
                 Ok(h) => h
                     .join()
@@ -367,6 +374,19 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
         crate::persist::rdb(hot, &schema2, &toml2, &mem, &[], &[])
     })
     .await?;
+    if let Some(r) = &reseeded {
+        node.life
+            .loading("loading the reseeded tables (rows)", r.rows);
+        let (rdb2, r2) = (rdb.clone(), r.clone());
+        blocking("loading the reseed", move || {
+            crate::replication::load_reseed(&rdb2, &r2)?;
+            // Durable at once: a restart needs neither the primary nor
+            // the reseed again.
+            crate::persist::final_checkpoint(&rdb2);
+            Ok(())
+        })
+        .await?;
+    }
     node.set_rdb(rdb.clone());
     let _ = applied_rdb.set(rdb.clone());
     {
@@ -374,7 +394,10 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
             let r = applied_rdb.clone();
             Arc::new(move || r.get().map(|r| r.applied_seq()).unwrap_or(0))
         };
-        let repl = crate::replication::start(repl_l, &tp, &a.tp.repl, prepared, applied);
+        let snapshots: Arc<dyn tickdb_replication::reseed::SnapshotSource> =
+            Arc::new(crate::replication::RdbSnapshots(rdb.clone()));
+        let repl =
+            crate::replication::start(repl_l, &tp, &a.tp.repl, prepared, applied, Some(snapshots));
         node.set_replication(repl);
     }
     let mut schedule = {
@@ -450,13 +473,15 @@ pub async fn tp(a: TpOnlyArgs) -> Result<(), String> {
         &a.tp.data_dir,
         &a.net.bind.to_string(),
         &node.life,
+        false,
+        None,
     )
     .await?;
     let (schema, toml) = standby_schema(&prepared, schema, toml)?;
     node.life.starting("opening the journal");
     let (tp_args, origin) = (a.tp.clone(), schema_origin(&a.schema));
     let tp = blocking("opening the journal", move || {
-        open_tp(&tp_args, Arc::new(schema), toml, origin)
+        open_tp(&tp_args, Arc::new(schema), toml, origin, None)
     })
     .await?;
     node.set_tp(tp.clone());
@@ -466,6 +491,7 @@ pub async fn tp(a: TpOnlyArgs) -> Result<(), String> {
         &a.tp.repl,
         prepared,
         Arc::new(|| 0),
+        None,
     ));
     node.life.ready();
     tokio::spawn(tickdb_tp::ilp_tcp::serve(ilp_l, tp.clone()));

@@ -116,6 +116,34 @@ impl Rdb {
         Ok(true)
     }
 
+    /// Loads a consistent cut of the tables as of `seq` (a standby reseeded
+    /// from its primary): applies every batch, then records `seq` as
+    /// applied, so updates continue from `seq + 1`. Only on an rdb that has
+    /// applied nothing yet.
+    /// `load` is handed a function that applies one batch, and calls it for
+    /// each batch of the cut in turn (so a cut streams from a spool without
+    /// being held in memory twice).
+    pub fn load_cut(
+        &self,
+        seq: u64,
+        load: impl FnOnce(&mut dyn FnMut(&Batch) -> Result<(), String>) -> Result<(), String>,
+    ) -> Result<(), RdbError> {
+        let _one_writer = self.apply_lock.lock();
+        let applied = self.applied.load(Ordering::Acquire);
+        if applied != 0 {
+            return Err(RdbError::Apply {
+                seq,
+                reason: format!("a cut can only be loaded into an empty rdb; this one applied up to seq {applied}"),
+            });
+        }
+        let store = &self.store;
+        let mut apply = |b: &Batch| store.apply(b).map_err(|e| e.to_string());
+        load(&mut apply).map_err(|reason| RdbError::Apply { seq, reason })?;
+        self.applied.store(seq, Ordering::Release);
+        self.note_tp_seq(seq);
+        Ok(())
+    }
+
     /// Decodes (checking against the schema) and applies an encoded update.
     pub fn apply_payload(&self, seq: u64, payload: &[u8]) -> Result<bool, RdbError> {
         if seq <= self.applied_seq() {

@@ -12,6 +12,8 @@
 //!   or every `--forward-interval-s`
 //! - `standby`: the follower: connect, check, append byte-identically,
 //!   acknowledge, reconnect
+//! - `reseed`: a standby that needs records the primary trimmed starts
+//!   from a consistent cut of the primary's tables, then the journal
 //! - `status`: what /status and /metrics show on both sides
 //!
 //! The semi-sync gate (acknowledge a write only once `k` standbys hold it
@@ -21,6 +23,7 @@
 pub mod auth;
 pub mod primary;
 pub mod protocol;
+pub mod reseed;
 pub mod shipper;
 pub mod standby;
 pub mod status;

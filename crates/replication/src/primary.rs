@@ -11,7 +11,10 @@
 //! (diverged), and a standby needing records this journal no longer holds.
 
 use crate::auth::{self, Secret};
-use crate::protocol::{self, Message, Mode, HANDSHAKE_FRAME_BYTES_MAX, PROTOCOL_VERSION};
+use crate::protocol::{
+    self, Message, Mode, FLAG_CAN_RESEED, HANDSHAKE_FRAME_BYTES_MAX, PROTOCOL_VERSION,
+};
+use crate::reseed::{SnapshotCut, SnapshotSource};
 use crate::shipper::{self, ShipOptions};
 use crate::status::{StandbyLink, Standbys};
 use crate::ReplError;
@@ -33,7 +36,19 @@ pub struct PrimaryOptions {
     pub name: String,
     pub ship: ShipOptions,
     pub secret: Secret,
+    /// The tables a standby is reseeded from (an `up` node's rdb); None on
+    /// a node without tables.
+    pub snapshots: Option<Arc<dyn SnapshotSource>>,
 }
+
+impl std::fmt::Debug for dyn SnapshotSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SnapshotSource")
+    }
+}
+
+/// Snapshot payloads read ahead of the socket during a reseed.
+const RESEED_PAYLOADS_AHEAD: usize = 4;
 
 /// Serves standbys on `listener` until the task is dropped.
 pub async fn serve(
@@ -149,6 +164,7 @@ async fn serve_one(
         from_seq,
         last_seq,
         last_crc,
+        flags,
         name,
     } = hello
     else {
@@ -196,17 +212,41 @@ async fn serve_one(
         .await);
     }
     let held = first_seq_held(&tp);
+    let mut reseed: Option<Box<dyn SnapshotCut>> = None;
     if from_seq < held && from_seq <= primary_seq {
-        return Err(refuse(
-            &mut sock,
-            format!(
-                "the standby needs seq {from_seq}, but this journal starts at seq {held} (trimmed behind a checkpoint): \
-                 the standby must be reseeded from a checkpoint"
-            ),
-        )
-        .await);
-    }
-    if last_seq > 0 && last_seq >= held {
+        if flags & FLAG_CAN_RESEED == 0 {
+            return Err(refuse(
+                &mut sock,
+                format!(
+                    "the standby needs seq {from_seq}, but this journal starts at seq {held} (trimmed behind a checkpoint): \
+                     restart the standby: a `tickdb up` standby reseeds from this primary's tables when it starts"
+                ),
+            )
+            .await);
+        }
+        let Some(src) = opts.snapshots.clone() else {
+            return Err(refuse(
+                &mut sock,
+                format!("the standby needs seq {from_seq}, but this journal starts at seq {held}, and this node has no tables to reseed it from"),
+            )
+            .await);
+        };
+        let cut = tokio::task::spawn_blocking(move || src.cut())
+            .await
+            .map_err(|e| ReplError::Journal(e.to_string()))?
+            .map_err(ReplError::Journal)?;
+        if cut.seq() + 1 < held {
+            return Err(refuse(
+                &mut sock,
+                format!(
+                    "this primary's tables (at seq {}) are behind its journal's start (seq {held}); retry shortly",
+                    cut.seq()
+                ),
+            )
+            .await);
+        }
+        reseed = Some(cut);
+    } else if last_seq > 0 && last_seq >= held {
         let tp2 = tp.clone();
         let ours = tokio::task::spawn_blocking(move || crc_at(&tp2, last_seq))
             .await
@@ -251,6 +291,10 @@ async fn serve_one(
     )
     .await?;
     protocol::write_message(&mut sock, &Message::SchemaHistory { bytes: schema }).await?;
+    let from_seq = match reseed {
+        Some(cut) => stream_reseed(&mut sock, &tp, cut, &name).await?,
+        None => from_seq,
+    };
     let id = standbys.next_id();
     let link = Arc::new(StandbyLink::new(id, &name, peer, opts.ship.mode, from_seq));
     standbys.add(link.clone());
@@ -263,6 +307,62 @@ async fn serve_one(
     if let Some(g) = tp.sync_gate() {
         g.forget(id);
     }
+    link.set_state(
+        crate::status::LinkState::Stopped,
+        Some(match &result {
+            Ok(()) => "the standby disconnected".to_string(),
+            Err(e) => e.to_string(),
+        }),
+    );
     standbys.remove(id, tp.seq());
     result
+}
+
+/// Streams a cut of the tables, then returns the sequence the journal is
+/// shipped from: the start of the segment holding the record after the cut.
+async fn stream_reseed(
+    sock: &mut TcpStream,
+    tp: &Arc<Tickerplant>,
+    mut cut: Box<dyn SnapshotCut>,
+    name: &str,
+) -> Result<u64, ReplError> {
+    let seq = cut.seq();
+    let journal_from =
+        crate::reseed::segment_start_of(&tp.config().journal_dir, seq + 1).unwrap_or(seq + 1);
+    let (tables, rows) = (cut.tables(), cut.rows());
+    tracing::info!(
+        "replication: reseeding standby {name}: {rows} rows in {tables} tables as of seq {seq}, then the journal from seq {journal_from}"
+    );
+    protocol::write_message(
+        sock,
+        &Message::Reseed {
+            seq,
+            journal_from,
+            tables,
+            rows,
+        },
+    )
+    .await?;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, String>>(RESEED_PAYLOADS_AHEAD);
+    let producer = tokio::task::spawn_blocking(move || loop {
+        match cut.next_payload() {
+            Ok(Some(p)) => {
+                if tx.blocking_send(Ok(p)).is_err() {
+                    return;
+                }
+            }
+            Ok(None) => return,
+            Err(e) => {
+                let _ = tx.blocking_send(Err(e));
+                return;
+            }
+        }
+    });
+    while let Some(p) = rx.recv().await {
+        let payload = p.map_err(ReplError::Journal)?;
+        protocol::write_message(sock, &Message::Snapshot { payload }).await?;
+    }
+    let _ = producer.await;
+    protocol::write_message(sock, &Message::SnapshotEnd { seq }).await?;
+    Ok(journal_from)
 }

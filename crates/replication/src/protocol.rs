@@ -51,6 +51,8 @@
 //!     u64 from_seq        the first sequence it wants (its last + 1)
 //!     u64 last_seq        the last record its journal holds (0: none)
 //!     u32 last_crc        that record's CRC32C (0 when last_seq is 0)
+//!     u8 flags            bit 0: it can take a reseed (a new standby
+//!                         starting, before its journal opens)
 //!     str16 name          the standby's node name
 //! 3 Welcome       primary -> standby
 //!     [32] proof          HMAC-SHA256(secret, "tickdb-repl-primary" | standby nonce | primary nonce)
@@ -76,9 +78,23 @@
 //!     u64 received_seq    the last record received and appended
 //!     u64 durable_seq     the last record fsynced on the standby
 //!     u64 applied_seq     the last record applied to the standby's rdb
+//! 10 Reseed       primary -> standby, when it needs records the primary's
+//!                 journal no longer holds (trimmed behind a checkpoint)
+//!     u64 seq             the cut: the tables as of this sequence follow
+//!     u64 journal_from    then the records from this sequence on (the
+//!                         start of the segment holding seq + 1, so the
+//!                         standby's segment files are the primary's;
+//!                         records up to seq are already in the tables)
+//!     u32 tables
+//!     u64 rows            rows in all, for progress
+//! 11 Snapshot     primary -> standby
+//!     rest                rows of one table, as an update payload
+//!                         (tickdb-core's codec, as in a journal record)
+//! 12 SnapshotEnd  primary -> standby
+//!     u64 seq             the cut again
 //! ```
 //!
-//! Type bytes 0 and 10..=255 are unassigned and rejected.
+//! Type bytes 0 and 13..=255 are unassigned and rejected.
 
 use crate::ReplError;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -109,6 +125,11 @@ pub const TYPE_SEGMENT_START: u8 = 6;
 pub const TYPE_RECORDS: u8 = 7;
 pub const TYPE_HEARTBEAT: u8 = 8;
 pub const TYPE_ACK: u8 = 9;
+pub const TYPE_RESEED: u8 = 10;
+pub const TYPE_SNAPSHOT: u8 = 11;
+pub const TYPE_SNAPSHOT_END: u8 = 12;
+/// Hello flag: the standby can take a reseed.
+pub const FLAG_CAN_RESEED: u8 = 1;
 
 /// How the primary ships records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -165,6 +186,7 @@ pub enum Message {
         from_seq: u64,
         last_seq: u64,
         last_crc: u32,
+        flags: u8,
         name: String,
     },
     Welcome {
@@ -196,6 +218,18 @@ pub enum Message {
         durable_seq: u64,
         applied_seq: u64,
     },
+    Reseed {
+        seq: u64,
+        journal_from: u64,
+        tables: u32,
+        rows: u64,
+    },
+    Snapshot {
+        payload: Vec<u8>,
+    },
+    SnapshotEnd {
+        seq: u64,
+    },
 }
 
 impl Message {
@@ -210,6 +244,9 @@ impl Message {
             Message::Records { .. } => TYPE_RECORDS,
             Message::Heartbeat { .. } => TYPE_HEARTBEAT,
             Message::Ack { .. } => TYPE_ACK,
+            Message::Reseed { .. } => TYPE_RESEED,
+            Message::Snapshot { .. } => TYPE_SNAPSHOT,
+            Message::SnapshotEnd { .. } => TYPE_SNAPSHOT_END,
         }
     }
 
@@ -224,6 +261,9 @@ impl Message {
             Message::Records { .. } => "Records",
             Message::Heartbeat { .. } => "Heartbeat",
             Message::Ack { .. } => "Ack",
+            Message::Reseed { .. } => "Reseed",
+            Message::Snapshot { .. } => "Snapshot",
+            Message::SnapshotEnd { .. } => "SnapshotEnd",
         }
     }
 
@@ -254,6 +294,7 @@ impl Message {
                 from_seq,
                 last_seq,
                 last_crc,
+                flags,
                 name,
             } => {
                 body.extend_from_slice(&version.to_le_bytes());
@@ -262,6 +303,7 @@ impl Message {
                 body.extend_from_slice(&from_seq.to_le_bytes());
                 body.extend_from_slice(&last_seq.to_le_bytes());
                 body.extend_from_slice(&last_crc.to_le_bytes());
+                body.push(*flags);
                 str16(&mut body, name)?;
             }
             Message::Welcome {
@@ -281,6 +323,19 @@ impl Message {
             Message::SchemaHistory { bytes } | Message::Records { bytes } => {
                 body.extend_from_slice(bytes)
             }
+            Message::Snapshot { payload } => body.extend_from_slice(payload),
+            Message::Reseed {
+                seq,
+                journal_from,
+                tables,
+                rows,
+            } => {
+                body.extend_from_slice(&seq.to_le_bytes());
+                body.extend_from_slice(&journal_from.to_le_bytes());
+                body.extend_from_slice(&tables.to_le_bytes());
+                body.extend_from_slice(&rows.to_le_bytes());
+            }
+            Message::SnapshotEnd { seq } => body.extend_from_slice(&seq.to_le_bytes()),
             Message::SegmentStart {
                 first_seq,
                 created_ns,
@@ -325,6 +380,7 @@ impl Message {
         match ty {
             TYPE_SCHEMA_HISTORY => return Ok(Message::SchemaHistory { bytes: body }),
             TYPE_RECORDS => return Ok(Message::Records { bytes: body }),
+            TYPE_SNAPSHOT => return Ok(Message::Snapshot { payload: body }),
             _ => {}
         }
         let mut c = Cursor {
@@ -345,6 +401,7 @@ impl Message {
                 from_seq: c.u64()?,
                 last_seq: c.u64()?,
                 last_crc: c.u32()?,
+                flags: c.u8()?,
                 name: c.str16()?,
             },
             TYPE_WELCOME => Message::Welcome {
@@ -369,6 +426,13 @@ impl Message {
                 primary_seq: c.u64()?,
                 primary_time_ns: c.u64()? as i64,
             },
+            TYPE_RESEED => Message::Reseed {
+                seq: c.u64()?,
+                journal_from: c.u64()?,
+                tables: c.u32()?,
+                rows: c.u64()?,
+            },
+            TYPE_SNAPSHOT_END => Message::SnapshotEnd { seq: c.u64()? },
             TYPE_ACK => Message::Ack {
                 received_seq: c.u64()?,
                 durable_seq: c.u64()?,
@@ -528,6 +592,7 @@ mod tests {
                 from_seq: 42,
                 last_seq: 41,
                 last_crc: 0xdead_beef,
+                flags: FLAG_CAN_RESEED,
                 name: "standby".into(),
             },
             Message::Welcome {
@@ -559,6 +624,16 @@ mod tests {
                 durable_seq: 2,
                 applied_seq: 1,
             },
+            Message::Reseed {
+                seq: 41,
+                journal_from: 30,
+                tables: 2,
+                rows: 1000,
+            },
+            Message::Snapshot {
+                payload: vec![1; 10],
+            },
+            Message::SnapshotEnd { seq: 41 },
         ]
     }
 

@@ -15,7 +15,8 @@
 
 use crate::auth::{self, Secret};
 use crate::protocol::{
-    self, Message, Mode, FRAME_BYTES_MAX, HANDSHAKE_FRAME_BYTES_MAX, PROTOCOL_VERSION,
+    self, Message, Mode, FLAG_CAN_RESEED, FRAME_BYTES_MAX, HANDSHAKE_FRAME_BYTES_MAX,
+    PROTOCOL_VERSION,
 };
 use crate::status::{FollowerStatus, LinkState};
 use crate::ReplError;
@@ -57,14 +58,51 @@ pub struct Connected {
     pub mode: Mode,
     /// The primary's journal/SCHEMA file.
     pub schema_history: Vec<u8>,
+    /// A reseed follows (the tables as of `seq`, then the journal from
+    /// `journal_from`): receive it with `receive_reseed`.
+    pub reseed: Option<ReseedHeader>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct ReseedHeader {
+    pub seq: u64,
+    pub journal_from: u64,
+    pub tables: u32,
+    pub rows: u64,
+}
+
+impl Connected {
+    /// Receives the reseed announced in the handshake, spooling the tables
+    /// in `data_dir`.
+    pub async fn receive_reseed(
+        &mut self,
+        data_dir: &Path,
+        progress: &(dyn Fn(u64, u64) + Send + Sync),
+    ) -> Result<Option<crate::reseed::Reseeded>, ReplError> {
+        let Some(h) = self.reseed else {
+            return Ok(None);
+        };
+        crate::reseed::receive(
+            &mut self.sock,
+            h.seq,
+            h.journal_from,
+            h.rows,
+            data_dir,
+            progress,
+        )
+        .await
+        .map(Some)
+    }
 }
 
 /// Connects and completes the handshake for a journal ending at
-/// `last_seq` (whose record has CRC `last_crc`).
+/// `last_seq` (whose record has CRC `last_crc`). `can_reseed`: this standby
+/// has not opened its journal yet and can start from the primary's tables.
 pub async fn connect(
     opts: &FollowOptions,
     last_seq: u64,
     last_crc: u32,
+    can_reseed: bool,
 ) -> Result<Connected, ReplError> {
     let go = async {
         let mut sock = TcpStream::connect(&opts.primary).await?;
@@ -100,6 +138,7 @@ pub async fn connect(
                 from_seq: last_seq + 1,
                 last_seq,
                 last_crc,
+                flags: if can_reseed { FLAG_CAN_RESEED } else { 0 },
                 name: opts.name.clone(),
             },
         )
@@ -150,12 +189,43 @@ pub async fn connect(
                 )))
             }
         };
+        let from = last_seq + 1;
+        let reseed = if can_reseed && from < first_seq_held && from <= primary_seq {
+            match protocol::read_message(&mut sock, HANDSHAKE_FRAME_BYTES_MAX).await? {
+                Some(Message::Reseed {
+                    seq,
+                    journal_from,
+                    tables,
+                    rows,
+                }) => Some(ReseedHeader {
+                    seq,
+                    journal_from,
+                    tables,
+                    rows,
+                }),
+                Some(Message::Refuse { reason }) => {
+                    return Err(ReplError::Refused(format!(
+                        "the primary {} refused: {reason}",
+                        opts.primary
+                    )))
+                }
+                other => {
+                    return Err(ReplError::Protocol(format!(
+                        "expected a Reseed, got {}",
+                        other.map(|m| m.name()).unwrap_or("the end of the stream")
+                    )))
+                }
+            }
+        } else {
+            None
+        };
         Ok(Connected {
             sock,
             primary_seq,
             first_seq_held,
             mode,
             schema_history: schema,
+            reseed,
         })
     };
     tokio::time::timeout(Duration::from_secs(CONNECT_TIMEOUT_S), go)
@@ -275,7 +345,7 @@ impl Follower {
                     let last = tp.seq();
                     let crc = last_crc(&tp, last);
                     match crc {
-                        Ok(crc) => connect(&self.opts, last, crc).await,
+                        Ok(crc) => connect(&self.opts, last, crc, false).await,
                         Err(e) => Err(e),
                     }
                 }

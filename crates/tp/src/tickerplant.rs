@@ -70,6 +70,9 @@ pub struct TpConfig {
     /// Semi-sync replication: writes are acknowledged once this many
     /// standbys hold them durably. None: acknowledged once journaled here.
     pub sync: Option<SyncPolicy>,
+    /// A new journal starts at this sequence (a standby reseeded from its
+    /// primary's tables continues the journal where the primary's is).
+    pub first_seq: Option<u64>,
 }
 
 impl TpConfig {
@@ -96,6 +99,7 @@ impl TpConfig {
             ilp_connections_max: crate::ilp_tcp::TCP_CONNECTIONS_MAX,
             standby_of: None,
             sync: None,
+            first_seq: None,
         }
     }
 }
@@ -194,6 +198,7 @@ impl Tickerplant {
             } else {
                 tickdb_journal::RollPolicy::Automatic
             },
+            first_seq: cfg.first_seq,
             ..JournalOptions::default()
         };
         let (journal, report) = Journal::open_with(storage.clone(), &cfg.journal_dir, opts)
