@@ -199,7 +199,6 @@ impl Tickerplant {
                 tickdb_journal::RollPolicy::Automatic
             },
             first_seq: cfg.first_seq,
-            ..JournalOptions::default()
         };
         let (journal, report) = Journal::open_with(storage.clone(), &cfg.journal_dir, opts)
             .map_err(|e| {
