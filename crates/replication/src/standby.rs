@@ -275,7 +275,12 @@ pub struct Follower {
     status: Mutex<FollowerStatus>,
     heard: Mutex<Option<Instant>>,
     connects: AtomicU64,
+    /// Per record: primary journal time to committed here, in µs.
+    lag: Mutex<hdrhistogram::Histogram<u64>>,
 }
+
+/// The largest lag the histogram keeps apart, in µs (an hour).
+const LAG_US_MAX: u64 = 3_600_000_000;
 
 impl Follower {
     pub fn new(opts: FollowOptions) -> Arc<Follower> {
@@ -292,9 +297,14 @@ impl Follower {
                 lag_records: 0,
                 heard_ms_ago: 0.0,
                 connects: 0,
+                lag_us: Default::default(),
             }),
             heard: Mutex::new(None),
             connects: AtomicU64::new(0),
+            lag: Mutex::new(
+                hdrhistogram::Histogram::new_with_bounds(1, LAG_US_MAX, 3)
+                    .unwrap_or_else(|_| hdrhistogram::Histogram::new(3).expect("a histogram")),
+            ),
             opts,
         })
     }
@@ -316,7 +326,24 @@ impl Follower {
             .map(|t| t.elapsed().as_secs_f64() * 1000.0)
             .unwrap_or(0.0);
         s.connects = self.connects.load(Ordering::Relaxed);
+        let h = self.lag.lock();
+        s.lag_us = crate::status::LagSummary {
+            records: h.len(),
+            p50: h.value_at_quantile(0.5),
+            p99: h.value_at_quantile(0.99),
+            max: h.max(),
+        };
         s
+    }
+
+    /// Records each appended record's lag: now minus its journal time.
+    fn note_lag(&self, times: &[i64]) {
+        let now = crate::now_ns();
+        let mut h = self.lag.lock();
+        for t in times {
+            let lag_us = ((now - t).max(1) / 1000) as u64;
+            let _ = h.record(lag_us.clamp(1, LAG_US_MAX));
+        }
     }
 
     fn set(&self, state: LinkState, reason: Option<String>) {
@@ -497,8 +524,10 @@ impl Follower {
                 continue;
             }
             *self.heard.lock() = Some(Instant::now());
+            let times = record_times(&items);
             match tp.append_replicated(items).await {
                 Ok(seq) => {
+                    self.note_lag(&times);
                     let mut s = self.status.lock();
                     s.primary_seq = s.primary_seq.max(seq);
                     if s.state == LinkState::CatchingUp && seq >= s.primary_seq {
@@ -550,6 +579,27 @@ async fn ack(
         },
     )
     .await
+}
+
+/// The journal time (the primary's receive time) of each record in `items`,
+/// read from their headers (bytes 16..24).
+fn record_times(items: &[ReplicatedItem]) -> Vec<i64> {
+    let mut out = Vec::new();
+    for item in items {
+        let ReplicatedItem::Records(bytes) = item else {
+            continue;
+        };
+        let mut at = 0usize;
+        while at + 32 <= bytes.len() {
+            let len = u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+                as usize;
+            let mut t = [0u8; 8];
+            t.copy_from_slice(&bytes[at + 16..at + 24]);
+            out.push(i64::from_le_bytes(t));
+            at += 32 + len;
+        }
+    }
+    out
 }
 
 /// The CRC32C of the journal's record at `seq` (0 for seq 0).

@@ -227,4 +227,16 @@ pub struct FollowerStatus {
     /// stale this standby's view may be.
     pub heard_ms_ago: f64,
     pub connects: u64,
+    /// From the primary journaling a record (its time) to this standby
+    /// having it appended and committed (fsynced under `--fsync always`), in
+    /// microseconds, over the records received since start.
+    pub lag_us: LagSummary,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LagSummary {
+    pub records: u64,
+    pub p50: u64,
+    pub p99: u64,
+    pub max: u64,
 }
