@@ -55,11 +55,15 @@ class Proc:
         self.log = log
         self.http_port = http_port
         self.proc: subprocess.Popen | None = None
+        # Where its ports are reached, and a command it runs under (e.g.
+        # `ip netns exec NS` for a node in a network namespace).
+        self.host = "127.0.0.1"
+        self.prefix: list[str] = []
 
     def start(self, wait_ready: bool = True) -> "Proc":
         logf = open(self.log, "ab")
         self.proc = subprocess.Popen(
-            [BIN, *self.args],
+            [*self.prefix, BIN, *self.args],
             stdin=subprocess.DEVNULL,
             stdout=logf,
             stderr=subprocess.STDOUT,
@@ -73,7 +77,7 @@ class Proc:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
+        return f"http://{self.host}:{self.http_port}"
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
         deadline = time.monotonic() + timeout

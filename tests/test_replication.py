@@ -451,3 +451,87 @@ def test_a_standby_reseeds_when_the_primary_trimmed_its_journal(cluster):
     wait_caught_up(p, s2)
     assert count(s2) == len(w.acked)
     assert "reseeding" not in s2.log_tail(200).split("tickdb up:")[-1]
+
+
+@pytest.fixture
+def netns():
+    """A network namespace joined to this one by a veth pair: the standby
+    lives there, and the test cuts the link by taking the veth down."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: a network namespace and a veth pair to cut the link")
+    if shutil.which("ip") is None:
+        pytest.skip("needs iproute2's ip for a network namespace")
+    tag = f"{os.getpid() % 10000}{random.randrange(100)}"
+    ns, host_if, ns_if = f"tdb{tag}", f"tdbh{tag}", f"tdbn{tag}"
+    sub = 200 + random.randrange(50)
+    host_ip, ns_ip = f"10.{sub}.{int(tag) % 250}.1", f"10.{sub}.{int(tag) % 250}.2"
+
+    def ip(*args, ns_exec=False):
+        cmd = (["ip", "netns", "exec", ns, "ip"] if ns_exec else ["ip"]) + list(args)
+        subprocess.run(cmd, check=True, capture_output=True, timeout=10)
+
+    ip("netns", "add", ns)
+    try:
+        ip("link", "add", host_if, "type", "veth", "peer", "name", ns_if)
+        ip("link", "set", ns_if, "netns", ns)
+        ip("addr", "add", f"{host_ip}/24", "dev", host_if)
+        ip("link", "set", host_if, "up")
+        ip("addr", "add", f"{ns_ip}/24", "dev", ns_if, ns_exec=True)
+        ip("link", "set", ns_if, "up", ns_exec=True)
+        ip("link", "set", "lo", "up", ns_exec=True)
+
+        class Net:
+            pass
+
+        n = Net()
+        n.ns, n.host_ip, n.ns_ip, n.host_if = ns, host_ip, ns_ip, host_if
+        n.cut = lambda: ip("link", "set", host_if, "down")
+        n.heal = lambda: ip("link", "set", host_if, "up")
+        yield n
+    finally:
+        subprocess.run(["ip", "link", "del", host_if], capture_output=True, timeout=10)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)
+
+
+def node_in(cluster, net, name: str, host: str, extra: list[str], in_ns: bool):
+    """`tickdb up` bound to `host` (in the namespace when `in_ns`)."""
+    p = cluster.up(data_dir=cluster.tmp / name, extra=["--bind", host, *extra], start=False)
+    p.host = host
+    if in_ns:
+        p.prefix = ["ip", "netns", "exec", net.ns]
+    p.start()
+    return p
+
+
+@pytest.mark.parametrize("mode", ["async", "semi-sync"])
+def test_a_cut_link_heals_and_the_standby_converges(cluster, netns, mode):
+    extra = ["--replication", mode, "--sync-timeout-ms", "500"] if mode == "semi-sync" else []
+    p = node_in(cluster, netns, "p", netns.host_ip, extra, in_ns=False)
+    s = node_in(cluster, netns, "s", netns.ns_ip, ["--standby-of", f"{netns.host_ip}:{p.repl_port}"], in_ns=True)
+    w = Writer(p)
+    w.write(20)
+    wait_caught_up(p, s)
+    netns.cut()
+    try:
+        time.sleep(0.5)
+        if mode == "async":
+            # The primary keeps acknowledging while the standby is cut off.
+            w.write(30)
+        else:
+            # Without --sync-degrade, writes are refused with the reason.
+            assert not w.write_one()
+            assert "not acknowledged" in w.errors[-1], w.errors[-1]
+        time.sleep(3.5)  # past the link-silence timeouts on both sides
+    finally:
+        netns.heal()
+    # The standby reconnects (its back-off grew while the link was down).
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if any(x["state"] == "streaming" for x in repl_status(p)["standbys"]):
+            break
+        time.sleep(0.1)
+    w.write(20)
+    wait_caught_up(p, s, timeout=60)
+    assert compare(p.data_dir, s.data_dir).returncode == 0
+    assert set(w.acked) <= set(journal_ids(s.data_dir))
+    assert "link is down" in p.log_tail(100) + s.log_tail(100)

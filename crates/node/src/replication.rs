@@ -37,6 +37,10 @@ pub struct Prepared {
     /// On a standby that needed records its primary had trimmed: the cut of
     /// the primary's tables it received, to load before anything else.
     pub reseeded: Option<tickdb_replication::reseed::Reseeded>,
+    /// On a standby with a journal of its own that its primary refused
+    /// (diverged, ahead of it): why. It serves what it has; replication
+    /// stays stopped.
+    pub refused: Option<String>,
 }
 
 /// Where an existing journal ends: its last sequence and that record's
@@ -125,6 +129,7 @@ pub async fn prepare(
             name,
             standby: None,
             reseeded: None,
+            refused: None,
         });
     };
     let journal_dir = data_dir.join("journal");
@@ -139,6 +144,23 @@ pub async fn prepare(
     let mut conn = loop {
         match standby::connect(&opts, last, crc, can_reseed).await {
             Ok(c) => break c,
+            Err(ReplError::Refused(r)) if last > 0 => {
+                // What this standby holds is still worth serving.
+                tracing::error!("replication stopped: {r}");
+                let history = journal_dir.join(tickdb_journal::schema_history::SCHEMA_HISTORY_FILE);
+                let bytes =
+                    std::fs::read(&history).map_err(|e| format!("{}: {e}", history.display()))?;
+                let h = tickdb_journal::SchemaHistory::decode(&bytes, &history)
+                    .map_err(|e| e.to_string())?;
+                return Ok(Prepared {
+                    secret,
+                    secret_source: source,
+                    name,
+                    standby: Some((h.current().text.clone(), None)),
+                    reseeded: None,
+                    refused: Some(r),
+                });
+            }
             Err(ReplError::Refused(r)) => return Err(r),
             Err(e) => {
                 tracing::warn!("standby: {e}; retrying in {delay} ms");
@@ -184,6 +206,7 @@ pub async fn prepare(
         name,
         standby: Some((text, Some(conn))),
         reseeded,
+        refused: None,
     })
 }
 

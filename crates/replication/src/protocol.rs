@@ -394,6 +394,24 @@ impl Message {
                 nonce: c.array()?,
                 name: c.str16()?,
             },
+            // A Hello of another version is read only as far as its
+            // version (the layout may differ): the primary refuses it
+            // naming both versions.
+            TYPE_HELLO
+                if body.len() >= 2
+                    && u16::from_le_bytes([body[0], body[1]]) != PROTOCOL_VERSION =>
+            {
+                return Ok(Message::Hello {
+                    version: u16::from_le_bytes([body[0], body[1]]),
+                    nonce: [0; NONCE_BYTES],
+                    proof: [0; NONCE_BYTES],
+                    from_seq: 0,
+                    last_seq: 0,
+                    last_crc: 0,
+                    flags: 0,
+                    name: String::new(),
+                });
+            }
             TYPE_HELLO => Message::Hello {
                 version: c.u16()?,
                 nonce: c.array()?,

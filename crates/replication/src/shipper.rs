@@ -26,6 +26,9 @@ pub const SHIP_FRAME_BYTES: usize = 1024 * 1024;
 pub const SHIP_FRAMES_AHEAD: usize = 4;
 /// A heartbeat goes out after this long without a frame.
 pub const HEARTBEAT_MS: u64 = 500;
+/// A standby acknowledges at least every second; silent this long, the
+/// link is taken for down (a cut cable sends no reset) and closed.
+pub const ACK_SILENCE_MS: u64 = 3_000;
 
 /// How records are shipped.
 #[derive(Debug, Clone, Copy)]
@@ -117,7 +120,20 @@ async fn read_acks(
     link: Arc<StandbyLink>,
 ) -> Result<(), ReplError> {
     loop {
-        match protocol::read_message(&mut rd, HANDSHAKE_FRAME_BYTES_MAX).await? {
+        let next = tokio::time::timeout(
+            Duration::from_millis(ACK_SILENCE_MS),
+            protocol::read_message(&mut rd, HANDSHAKE_FRAME_BYTES_MAX),
+        )
+        .await
+        .map_err(|_| {
+            ReplError::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "no acknowledgement from the standby for {ACK_SILENCE_MS} ms: the link is down"
+                ),
+            ))
+        })?;
+        match next? {
             None => return Ok(()),
             Some(Message::Ack {
                 received_seq,

@@ -37,6 +37,12 @@ pub const RECONNECT_DELAY_MS_MAX: u64 = 5_000;
 /// An acknowledgement goes out at least this often while durable or applied
 /// progress changes (fsync interval, the rdb applying after the append).
 pub const ACK_INTERVAL_MS: u64 = 50;
+/// An acknowledgement goes out at least this often anyway: the primary
+/// takes a silent standby's link for down.
+pub const ACK_KEEPALIVE_MS: u64 = 1_000;
+/// The primary heartbeats every half second; silent this long, its link is
+/// taken for down (a cut cable sends no reset) and reconnected.
+pub const LINK_SILENCE_MS: u64 = 3_000;
 /// Frames received ahead of the journal appending them.
 const RECEIVE_FRAMES_AHEAD: usize = 8;
 
@@ -346,6 +352,12 @@ impl Follower {
         }
     }
 
+    /// Marks replication stopped before it started (the primary refused this
+    /// standby when it started).
+    pub fn stop(&self, reason: &str) {
+        self.set(LinkState::Stopped, Some(reason.to_string()));
+    }
+
     fn set(&self, state: LinkState, reason: Option<String>) {
         let mut s = self.status.lock();
         s.state = state;
@@ -468,19 +480,27 @@ impl Follower {
                 }
             }
         });
-        let mut last_ack = (u64::MAX, u64::MAX, u64::MAX);
+        let mut last_ack = (u64::MAX, u64::MAX, u64::MAX, Instant::now());
         let mut ticker = tokio::time::interval(Duration::from_millis(ACK_INTERVAL_MS));
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_heard = Instant::now();
         let result = loop {
             let got = tokio::select! {
                 m = rx.recv() => m,
                 _ = ticker.tick() => {
+                    if last_heard.elapsed() > Duration::from_millis(LINK_SILENCE_MS) {
+                        break Err(ReplError::Io(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            format!("no word from the primary for {LINK_SILENCE_MS} ms (it heartbeats every {} ms): the link is down", crate::shipper::HEARTBEAT_MS),
+                        )));
+                    }
                     if let Err(e) = ack(&mut wr, tp, &applied, &mut last_ack).await {
                         break Err(e);
                     }
                     continue;
                 }
             };
+            last_heard = Instant::now();
             let msg = match got {
                 None | Some(Ok(None)) => break Ok(()),
                 Some(Err(e)) => break Err(e),
@@ -559,17 +579,19 @@ impl Follower {
     }
 }
 
+/// Sends an acknowledgement when something changed, or as a keepalive.
 async fn ack(
     wr: &mut tokio::net::tcp::OwnedWriteHalf,
     tp: &Tickerplant,
     applied: &Arc<dyn Fn() -> u64 + Send + Sync>,
-    last: &mut (u64, u64, u64),
+    last: &mut (u64, u64, u64, Instant),
 ) -> Result<(), ReplError> {
     let now = (tp.seq(), tp.synced_seq(), applied());
-    if now == *last {
+    if now == (last.0, last.1, last.2) && last.3.elapsed() < Duration::from_millis(ACK_KEEPALIVE_MS)
+    {
         return Ok(());
     }
-    *last = now;
+    *last = (now.0, now.1, now.2, Instant::now());
     protocol::write_message(
         wr,
         &Message::Ack {
