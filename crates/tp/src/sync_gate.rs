@@ -252,3 +252,97 @@ impl SyncGate {
         self.wake.notify_all();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn upd(seq: u64) -> Arc<Update> {
+        Arc::new(Update {
+            seq,
+            batches: vec![],
+            payload: bytes::Bytes::new(),
+            rows: 0,
+            time_ns: 0,
+        })
+    }
+
+    fn gate(
+        standbys: usize,
+        timeout_ms: u64,
+        degrade: bool,
+    ) -> (Arc<SyncGate>, std::thread::JoinHandle<()>) {
+        let hub = Arc::new(Hub::new(0, false, 1 << 20, 1 << 24));
+        let g = SyncGate::new(
+            SyncPolicy {
+                standbys,
+                timeout: Duration::from_millis(timeout_ms),
+                degrade,
+            },
+            hub,
+            0,
+        );
+        let g2 = g.clone();
+        (g, std::thread::spawn(move || g2.run()))
+    }
+
+    fn held(g: &SyncGate, seq: u64) -> oneshot::Receiver<Result<u64, TpError>> {
+        let (tx, rx) = oneshot::channel();
+        g.hold(upd(seq), Some(tx));
+        rx
+    }
+
+    #[test]
+    fn acknowledged_in_order_once_k_standbys_hold_it() {
+        let (g, t) = gate(2, 10_000, false);
+        let a = held(&g, 1);
+        let b = held(&g, 2);
+        g.report(7, 2);
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(g.status().waiting, 2, "one standby of two is not enough");
+        g.report(8, 1);
+        assert_eq!(a.blocking_recv().unwrap().unwrap(), 1);
+        assert_eq!(g.status().durable_on_k_seq, 1);
+        g.report(8, 2);
+        assert_eq!(b.blocking_recv().unwrap().unwrap(), 2);
+        g.stop();
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn refused_at_the_timeout_unless_degrading_is_allowed() {
+        let (g, t) = gate(1, 50, false);
+        let e = held(&g, 1).blocking_recv().unwrap().unwrap_err();
+        assert!(matches!(e, TpError::NotReplicated(_)), "{e}");
+        assert!(e.to_string().contains("not acknowledged"), "{e}");
+        assert_eq!(g.status().refused_total, 1);
+        g.stop();
+        t.join().unwrap();
+
+        let (g, t) = gate(1, 50, true);
+        assert_eq!(held(&g, 1).blocking_recv().unwrap().unwrap(), 1);
+        assert!(g.status().degraded);
+        // Degraded: acknowledged at once, until a standby holds everything.
+        let start = Instant::now();
+        assert_eq!(held(&g, 2).blocking_recv().unwrap().unwrap(), 2);
+        assert!(start.elapsed() < Duration::from_millis(40));
+        g.report(1, 2);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while g.status().degraded && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(!g.status().degraded);
+        g.stop();
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn a_departed_standby_no_longer_counts() {
+        let (g, t) = gate(1, 100, false);
+        g.report(3, 10);
+        g.forget(3);
+        assert!(held(&g, 11).blocking_recv().unwrap().is_err());
+        g.stop();
+        t.join().unwrap();
+    }
+}
