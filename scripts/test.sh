@@ -4,12 +4,18 @@
 #
 #   scripts/test.sh                 everything
 #   scripts/test.sh -k bad_input    pass arguments to pytest
+#   scripts/test.sh --long          the long loops too: the replication kill loop
+#                                   runs 2000 rounds instead of 100 (TICKDB_LONG=1)
 #   SKIP_CARGO_TEST=1 scripts/test.sh   build, then only the Python tests
 #
 # Builds once: `cargo test --no-run` builds the test binaries and the tickdb
 # binary with one feature resolution, so nothing is compiled twice.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [[ "${1:-}" == "--long" ]]; then
+    export TICKDB_LONG=1
+    shift
+fi
 banner() { printf '\n=== %s ===\n' "$*"; }
 
 banner "Python environment (.venv)"
