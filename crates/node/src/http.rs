@@ -153,28 +153,18 @@ async fn write(
             }
         },
     };
-    let read = tokio::time::timeout(s.limits.body_timeout, axum::body::to_bytes(body, limit));
-    let bytes = match read.await {
-        Ok(Ok(b)) => b,
-        Err(_) => {
-            return json_error(
-                StatusCode::REQUEST_TIMEOUT,
-                "timeout",
-                format!(
-                    "the request body did not arrive within {} s (--http-body-timeout-s)",
-                    s.limits.body_timeout.as_secs()
-                ),
-                json!({}),
-            )
-        }
-        Ok(Err(_)) => {
-            return json_error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "request too large",
-                format!("request body is over the bound of {limit} bytes (--request-bytes-max); split it into smaller requests"),
-                json!({}),
-            )
-        }
+    let bytes = match read_body(&s, body, limit, || {
+        json_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request too large",
+            format!("request body is over the bound of {limit} bytes (--request-bytes-max); split it into smaller requests"),
+            json!({}),
+        )
+    })
+    .await
+    {
+        Ok(b) => b,
+        Err(r) => return r,
     };
     let schema = tp.schema().clone();
     let line_max = tp.config().line_bytes_max;
@@ -667,38 +657,44 @@ async fn exec(
 /// clear error.
 const EXEC_BODY_BYTES_MAX: usize = tickdb_query::limits::QUERY_TEXT_BYTES_MAX + 64 * 1024;
 
+/// A request body, within `--http-body-timeout-s` (408 after) and `limit`
+/// bytes (`too_large` answers past it).
+async fn read_body(
+    s: &AppState,
+    body: Body,
+    limit: usize,
+    too_large: impl FnOnce() -> Response,
+) -> Result<bytes::Bytes, Response> {
+    match tokio::time::timeout(s.limits.body_timeout, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(b)) => Ok(b),
+        Ok(Err(_)) => Err(too_large()),
+        Err(_) => Err(json_error(
+            StatusCode::REQUEST_TIMEOUT,
+            "timeout",
+            format!(
+                "the request body did not arrive within {} s (--http-body-timeout-s)",
+                s.limits.body_timeout.as_secs()
+            ),
+            json!({}),
+        )),
+    }
+}
+
 /// The statement (and format) of a POST /exec: a form body
 /// (`query=...&format=...`) or the SQL text itself.
 async fn exec_body(s: &AppState, headers: &HeaderMap, body: Body) -> Result<ExecParams, Response> {
-    let read = tokio::time::timeout(
-        s.limits.body_timeout,
-        axum::body::to_bytes(body, EXEC_BODY_BYTES_MAX),
-    );
-    let bytes = match read.await {
-        Ok(Ok(b)) => b,
-        Err(_) => {
-            return Err(json_error(
-                StatusCode::REQUEST_TIMEOUT,
-                "timeout",
-                format!(
-                    "the request body did not arrive within {} s (--http-body-timeout-s)",
-                    s.limits.body_timeout.as_secs()
-                ),
-                json!({}),
-            ))
-        }
-        Ok(Err(_)) => {
-            return Err(json_error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "too_complex",
-                format!(
-                    "statement is over the limit of {} bytes",
-                    tickdb_query::limits::QUERY_TEXT_BYTES_MAX
-                ),
-                json!({}),
-            ))
-        }
-    };
+    let bytes = read_body(s, body, EXEC_BODY_BYTES_MAX, || {
+        json_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_complex",
+            format!(
+                "statement is over the limit of {} bytes",
+                tickdb_query::limits::QUERY_TEXT_BYTES_MAX
+            ),
+            json!({}),
+        )
+    })
+    .await?;
     let form = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())

@@ -223,24 +223,8 @@ struct RdbCut {
 
 impl tickdb_replication::reseed::SnapshotSource for RdbSnapshots {
     fn cut(&self) -> Result<Box<dyn tickdb_replication::reseed::SnapshotCut>, String> {
-        let rdb = &self.0;
-        // The checkpoint's cut: one pin per table while no update applies.
-        let (seq, pins) = rdb.paused(|seq| {
-            let pins: Result<Vec<_>, _> = rdb
-                .store()
-                .schema()
-                .tables
-                .iter()
-                .map(|t| rdb.store().pin(&t.name))
-                .collect();
-            (seq, pins)
-        });
-        let tables = pins
-            .map_err(|e| e.to_string())?
-            .iter()
-            .map(|p| p.raw_snapshot())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| e.to_string())?;
+        let cut = self.0.consistent_cut().map_err(|e| e.to_string())?;
+        let (seq, tables) = (cut.seq, cut.tables);
         let rows = tables.iter().map(|t| t.rows as u64).sum();
         Ok(Box::new(RdbCut {
             seq,
@@ -383,30 +367,17 @@ impl Replication {
             "# TYPE tickdb_repl_standbys gauge\ntickdb_repl_standbys {}",
             standbys.len()
         );
-        let _ = writeln!(out, "# TYPE tickdb_repl_standby_lag_records gauge");
-        for s in &standbys {
-            let _ = writeln!(
-                out,
-                "tickdb_repl_standby_lag_records{{standby=\"{}\"}} {}",
-                s.name, s.lag_records
-            );
-        }
-        let _ = writeln!(out, "# TYPE tickdb_repl_standby_lag_bytes gauge");
-        for s in &standbys {
-            let _ = writeln!(
-                out,
-                "tickdb_repl_standby_lag_bytes{{standby=\"{}\"}} {}",
-                s.name, s.lag_bytes
-            );
-        }
-        let _ = writeln!(out, "# TYPE tickdb_repl_standby_lag_seconds gauge");
-        for s in &standbys {
-            let _ = writeln!(
-                out,
-                "tickdb_repl_standby_lag_seconds{{standby=\"{}\"}} {}",
-                s.name,
-                s.lag_ms / 1000.0
-            );
+        type Read = fn(&tickdb_replication::status::StandbyStatus) -> f64;
+        let per_standby: [(&str, Read); 3] = [
+            ("tickdb_repl_standby_lag_records", |s| s.lag_records as f64),
+            ("tickdb_repl_standby_lag_bytes", |s| s.lag_bytes as f64),
+            ("tickdb_repl_standby_lag_seconds", |s| s.lag_ms / 1000.0),
+        ];
+        for (metric, value) in per_standby {
+            let _ = writeln!(out, "# TYPE {metric} gauge");
+            for s in &standbys {
+                let _ = writeln!(out, "{metric}{{standby=\"{}\"}} {}", s.name, value(s));
+            }
         }
         if let Some(g) = tp.sync_gate() {
             let st = g.status();

@@ -182,6 +182,30 @@ fn standby_flags_fit(tp: &TpArgs, schema: &SchemaArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// Before the journal opens: the data directory checked, the replication
+/// secret, and on a standby the meeting with its primary (which may reseed
+/// it when `hot` is given, i.e. the node holds tables) and its schema.
+async fn prepare_replication(
+    tp: &TpArgs,
+    net: &NetArgs,
+    node: &Node,
+    hot: Option<&Path>,
+    (schema, toml): (Schema, String),
+) -> Result<(crate::replication::Prepared, Schema, String), String> {
+    check_data_dir(&tp.data_dir)?;
+    let prepared = crate::replication::prepare(
+        &tp.repl,
+        &tp.data_dir,
+        &net.bind.to_string(),
+        &node.life,
+        hot.is_some() || node.role == Role::Up,
+        hot,
+    )
+    .await?;
+    let (schema, toml) = standby_schema(&prepared, schema, toml)?;
+    Ok((prepared, schema, toml))
+}
+
 /// The schema a node runs with: a standby's is its primary's.
 fn standby_schema(
     prepared: &crate::replication::Prepared,
@@ -314,17 +338,14 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
     }
     let node = Node::new(Role::Up);
     start_http(http_l, &node, &a.http);
-    check_data_dir(&a.tp.data_dir)?;
-    let prepared = crate::replication::prepare(
-        &a.tp.repl,
-        &a.tp.data_dir,
-        &a.net.bind.to_string(),
-        &node.life,
-        true,
+    let (prepared, schema, toml) = prepare_replication(
+        &a.tp,
+        &a.net,
+        &node,
         a.hot.hot_restart.as_deref(),
+        (schema, toml),
     )
     .await?;
-    let (schema, toml) = standby_schema(&prepared, schema, toml)?;
     let reseeded = prepared.reseeded.clone();
     let first_seq = reseeded.as_ref().map(|r| r.journal_from);
     node.life
@@ -467,17 +488,9 @@ pub async fn tp(a: TpOnlyArgs) -> Result<(), String> {
     let repl_l = bind(a.net.bind, &a.tp.repl.repl_port, "replication").await?;
     let node = Node::new(Role::Tp);
     start_http(http_l, &node, &a.http);
-    check_data_dir(&a.tp.data_dir)?;
-    let prepared = crate::replication::prepare(
-        &a.tp.repl,
-        &a.tp.data_dir,
-        &a.net.bind.to_string(),
-        &node.life,
-        false,
-        None,
-    )
-    .await?;
-    let (schema, toml) = standby_schema(&prepared, schema, toml)?;
+    // A tp has no tables: it cannot take a reseed.
+    let (prepared, schema, toml) =
+        prepare_replication(&a.tp, &a.net, &node, None, (schema, toml)).await?;
     node.life.starting("opening the journal");
     let (tp_args, origin) = (a.tp.clone(), schema_origin(&a.schema));
     let tp = blocking("opening the journal", move || {

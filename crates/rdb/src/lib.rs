@@ -13,4 +13,4 @@ pub mod rdb;
 pub mod remote;
 
 pub use error::RdbError;
-pub use rdb::{Rdb, RdbStatus};
+pub use rdb::{Rdb, RdbStatus, TablesCut};

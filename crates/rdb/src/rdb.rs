@@ -11,6 +11,14 @@ use std::sync::{Arc, OnceLock};
 use tickdb_core::store::{MemoryStats, Store};
 use tickdb_core::Batch;
 
+/// Every table as of one applied sequence (`Rdb::consistent_cut`).
+pub struct TablesCut {
+    pub seq: u64,
+    pub tables: Vec<tickdb_core::store::TableSnapshot>,
+    /// How long updates waited while the cut was taken.
+    pub pause: std::time::Duration,
+}
+
 pub struct Rdb {
     store: Arc<Store>,
     applied: AtomicU64,
@@ -78,6 +86,29 @@ impl Rdb {
     pub fn paused<T>(&self, f: impl FnOnce(u64) -> T) -> T {
         let _one_writer = self.apply_lock.lock();
         f(self.applied_seq())
+    }
+
+    /// A consistent cut of every table: the applied sequence and each
+    /// table's rows as of it. Updates wait only while one reference per
+    /// table is taken (`pause`; the snapshots are built after); a checkpoint
+    /// and a standby's reseed both start from one.
+    pub fn consistent_cut(&self) -> Result<TablesCut, tickdb_core::CoreError> {
+        let (seq, pins, pause) = self.paused(|seq| {
+            let held = std::time::Instant::now();
+            let pins: Result<Vec<_>, _> = self
+                .store
+                .schema()
+                .tables
+                .iter()
+                .map(|t| self.store.pin(&t.name))
+                .collect();
+            (seq, pins, held.elapsed())
+        });
+        let tables = pins?
+            .iter()
+            .map(|p| p.raw_snapshot())
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(TablesCut { seq, tables, pause })
     }
 
     pub fn store(&self) -> &Arc<Store> {

@@ -68,28 +68,11 @@ struct Cut {
 
 fn take_cut(rdb: &Rdb) -> Result<Cut, RdbError> {
     let asked = Instant::now();
-    // Under the lock only one Arc copy per table; the snapshots are built
-    // after it is released.
-    let (seq, pins, held) = rdb.paused(|seq| {
-        let held = Instant::now();
-        let pins: Result<Vec<_>, _> = rdb
-            .store()
-            .schema()
-            .tables
-            .iter()
-            .map(|t| rdb.store().pin(&t.name))
-            .collect();
-        (seq, pins, held.elapsed())
-    });
-    let pause = held;
+    let cut = rdb
+        .consistent_cut()
+        .map_err(|e| RdbError::Checkpoint(format!("snapshot: {e}")))?;
+    let (seq, snaps, pause) = (cut.seq, cut.tables, cut.pause);
     let wait = asked.elapsed().saturating_sub(pause);
-    let snap_err = |e: tickdb_core::CoreError| RdbError::Checkpoint(format!("snapshot: {e}"));
-    let snaps = pins
-        .map_err(snap_err)?
-        .iter()
-        .map(|p| p.raw_snapshot())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(snap_err)?;
     Ok(Cut {
         seq,
         tables: snaps.into_iter().map(|s| (s.def.clone(), s)).collect(),
