@@ -103,6 +103,9 @@ struct RobustnessArgs {
     /// The node's --query-timeout-ms.
     #[arg(long, default_value_t = 5000)]
     query_timeout_ms: u64,
+    /// The node's --query-threads (default: the node's own default).
+    #[arg(long)]
+    query_threads: Option<usize>,
     /// Also write the results as JSON.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -117,6 +120,7 @@ fn robustness_opts(a: &RobustnessArgs) -> robustness::RobustnessOptions {
         slow_queries: a.slow_queries,
         idle_per_port: a.idle_per_port,
         query_timeout_ms: a.query_timeout_ms,
+        query_threads: a.query_threads,
     }
 }
 
@@ -659,6 +663,7 @@ fn robustness_section(bin: &Path, work: &Path, a: &ReportArgs) -> Result<String>
         slow_queries: 50,
         idle_per_port: 200,
         query_timeout_ms: 5000,
+        query_threads: None,
         json: None,
     };
     eprintln!("[robustness] write latency under hostile queries and clients");

@@ -56,6 +56,8 @@ pub struct RobustnessOptions {
     pub idle_per_port: usize,
     /// The node's --query-timeout-ms.
     pub query_timeout_ms: u64,
+    /// The node's --query-threads (None: its default, one per core).
+    pub query_threads: Option<usize>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -311,6 +313,21 @@ fn phase(
 }
 
 /// Hostile queries over HTTP in a loop, tallied by answer.
+/// The storm's client threads run at the lowest priority: on a real node
+/// its attackers are remote and use none of its CPU; here they share the
+/// cores, and at equal priority their own work (building requests, reading
+/// a million rows) would be measured as the node's slowness.
+fn as_remote_client() {
+    // SAFETY: changes only this thread's own scheduling priority.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, STORM_CLIENT_NICE);
+    }
+}
+
+/// Nice value of the storm's client threads.
+const STORM_CLIENT_NICE: i32 = 19;
+
 fn query_loop(
     port: u16,
     sql: String,
@@ -318,6 +335,7 @@ fn query_loop(
     stop: &AtomicBool,
     tally: &Mutex<BTreeMap<String, u64>>,
 ) {
+    as_remote_client();
     let path = format!("/exec?query={}", url_encode(&sql));
     while !stop.load(Ordering::Relaxed) {
         let outcome = if slow_read {
@@ -392,6 +410,7 @@ fn hold_clients(ports: &[u16], idle: usize) -> Vec<TcpStream> {
 
 /// A client that trickles `bytes` a byte a second (slowloris).
 fn trickle(port: u16, bytes: &'static [u8], stop: &AtomicBool) {
+    as_remote_client();
     let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
         return;
     };
@@ -450,13 +469,12 @@ fn preload(port: u16, rows: u64) -> Result<()> {
 pub fn run(bin: &Path, work: &Path, o: &RobustnessOptions) -> Result<RobustnessReport> {
     let machine = crate::machine::Machine::probe(work);
     let timeout = o.query_timeout_ms.to_string();
-    let mut srv = servers::start_tickdb(
-        bin,
-        work,
-        "up",
-        "robustness",
-        &["--query-timeout-ms", &timeout],
-    )?;
+    let threads = o.query_threads.map(|n| n.to_string());
+    let mut flags = vec!["--query-timeout-ms", timeout.as_str()];
+    if let Some(t) = &threads {
+        flags.extend(["--query-threads", t.as_str()]);
+    }
+    let mut srv = servers::start_tickdb(bin, work, "up", "robustness", &flags)?;
     let pg_port = pg_port_of(&srv)?;
     eprintln!("robustness: preloading {} rows", o.preload_rows);
     preload(srv.http, o.preload_rows)?;
@@ -551,7 +569,10 @@ pub fn run(bin: &Path, work: &Path, o: &RobustnessOptions) -> Result<RobustnessR
             o.updates_per_s,
             o.update_rows,
             o.updates_per_s * o.update_rows as u64
-        ) + &format!(", {} s per phase", o.seconds),
+        ) + &format!(", {} s per phase", o.seconds)
+            + &o.query_threads
+                .map(|n| format!(", --query-threads {n}"))
+                .unwrap_or_default(),
         quiet,
         storm,
         query_outcomes: outcomes,
