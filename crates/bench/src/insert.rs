@@ -79,7 +79,7 @@ impl InsertResult {
 
 /// Samples `pid` every SAMPLE_EVERY until `stop`; the last sample covers
 /// the tail of the run.
-fn sampler(pid: u32, stop: Arc<AtomicBool>, out: Arc<Mutex<Vec<ProcSample>>>) {
+pub(crate) fn sampler(pid: u32, stop: Arc<AtomicBool>, out: Arc<Mutex<Vec<ProcSample>>>) {
     use tickdb_stack::procfs::{cpu_seconds, proc_mem};
     let t0 = Instant::now();
     let mut last_t = t0;

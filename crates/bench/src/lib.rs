@@ -15,6 +15,7 @@ pub mod kv;
 mod latency;
 mod machine;
 mod redis;
+pub mod replication;
 pub mod restart;
 pub mod robustness;
 mod servers;
@@ -75,9 +76,175 @@ enum BenchCmd {
     /// under a storm of hostile queries and clients on every port; checks
     /// that the node stays up and no acknowledged row is lost.
     Robustness(RobustnessArgs),
+    /// Replication after Zero-Impact Crash Recovery for kdb+: the bulk
+    /// insert on a primary alone, with an async and with a semi-sync standby
+    /// (its Figures 2 and 3); the standby's lag at a steady rate; write
+    /// acknowledgement latency under semi-sync; a new standby's catch-up
+    /// against a raw cold read; and a standby's restart from its last
+    /// snapshot plus the log after it against a full replay (its Figure 4).
+    /// Every scenario checks that the standby's journal and rows equal the
+    /// primary's; a mismatch fails the benchmark.
+    Replication(ReplicationArgs),
     /// Run every benchmark and regenerate docs/benchmarks.md.
     Report(ReportArgs),
 }
+
+#[derive(Args, Debug, Clone, Default)]
+struct ReplicationArgs {
+    /// Sections to run: insert, lag, ack, catchup, restore.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "insert,lag,ack,catchup,restore"
+    )]
+    sections: Vec<String>,
+    /// Small sizes that prove the pipeline in about a minute (figures
+    /// indicative only); flags given explicitly still apply.
+    #[arg(long)]
+    quick: bool,
+    /// Bulk insert: rows per run [default: 2M; --quick 50k].
+    #[arg(long, value_parser = tickdb_stack::feed::parse_count)]
+    insert_rows: Option<u64>,
+    /// Bulk insert: the primary's --fsync policies, each run alone, with an
+    /// async and with a semi-sync standby [default: never,always; --quick
+    /// never].
+    #[arg(long, value_delimiter = ',')]
+    insert_fsync: Option<Vec<String>>,
+    /// Bulk insert: runs per cell; the median is reported [default: 3;
+    /// --quick 1].
+    #[arg(long)]
+    insert_repeats: Option<usize>,
+    /// Lag: target rows/s of the feed [default: 48000,480000].
+    #[arg(long, value_delimiter = ',')]
+    lag_rates: Option<Vec<u64>>,
+    /// Lag: seconds per cell [default: 10; --quick 2].
+    #[arg(long)]
+    lag_seconds: Option<f64>,
+    /// Acknowledged-write latency: updates per second, all writers together
+    /// [default: 1000; --quick 200].
+    #[arg(long)]
+    ack_updates_per_s: Option<u64>,
+    /// Acknowledged-write latency: rows per update.
+    #[arg(long, default_value_t = 48)]
+    ack_update_rows: usize,
+    /// Acknowledged-write latency: seconds per setup [default: 10; --quick 2].
+    #[arg(long)]
+    ack_seconds: Option<f64>,
+    /// Catch-up: GB (10^9 bytes) of journal the new standby starts behind
+    /// [default: 2; --quick 0.02].
+    #[arg(long)]
+    catchup_gb: Option<f64>,
+    /// Restore: minutes of log after the last snapshot, one point each.
+    #[arg(long, value_delimiter = ',', default_value = "0,1,2.5,5")]
+    restore_minutes: Vec<f64>,
+    /// Restore: each minute of log is this many minutes here, to keep the
+    /// run short (1 = the figure's sizes) [default: 0.25, 15 s of log a
+    /// minute; --quick 0.005].
+    #[arg(long)]
+    minutes_scale: Option<f64>,
+    /// Restore: the feed rate whose log is journaled, rows/s.
+    #[arg(long, default_value_t = restart::SEED_RATE)]
+    restore_rate: u64,
+    /// Restore: rows per journaled update of that log (48: a 48,000 rows/s
+    /// feed's 1 ms ticks; 10000: the bulk insert).
+    #[arg(long, default_value_t = restart::SEED_RATE_BATCH_ROWS)]
+    restore_batch_rows: usize,
+    /// Restore: rows loaded before the first snapshot [default: 1M; --quick
+    /// 20k].
+    #[arg(long, value_parser = tickdb_stack::feed::parse_count)]
+    restore_base_rows: Option<u64>,
+    /// --fsync of async standbys (a semi-sync standby always runs always).
+    #[arg(long, default_value = "always")]
+    standby_fsync: String,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Also write the results as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+fn replication_opts(a: &ReplicationArgs) -> Result<replication::ReplicationOptions> {
+    use replication::Setup;
+    for s in &a.sections {
+        if !replication::SECTIONS.contains(&s.as_str()) {
+            return Err(BenchError::Server(format!(
+                "--sections: unknown section '{s}' (known: {})",
+                replication::SECTIONS.join(", ")
+            )));
+        }
+    }
+    let q = a.quick;
+    let pick = |v: Option<f64>, full: f64, quick: f64| v.unwrap_or(if q { quick } else { full });
+    let scale = pick(a.minutes_scale, 0.25, 0.005);
+    let gb = pick(a.catchup_gb, 2.0, 0.02);
+    let positive = |x: f64| x.is_finite() && x > 0.0;
+    if !positive(scale)
+        || !positive(gb)
+        || a.restore_minutes.iter().any(|m| !m.is_finite() || *m < 0.0)
+    {
+        return Err(BenchError::Server(
+            "--minutes-scale and --catchup-gb must be above 0, --restore-minutes at least 0".into(),
+        ));
+    }
+    let seconds = |v: Option<f64>| pick(v, 10.0, 2.0).max(0.5);
+    Ok(replication::ReplicationOptions {
+        sections: a.sections.clone(),
+        cost: replication::CostOptions {
+            rows: a
+                .insert_rows
+                .unwrap_or(if q { 50_000 } else { 2_000_000 })
+                .max(1),
+            fsync: a.insert_fsync.clone().unwrap_or_else(|| {
+                if q {
+                    vec!["never".into()]
+                } else {
+                    vec!["never".into(), "always".into()]
+                }
+            }),
+            repeats: a.insert_repeats.unwrap_or(if q { 1 } else { 3 }).max(1),
+            standby_fsync: a.standby_fsync.clone(),
+            seed: a.seed,
+        },
+        lag: replication::LagOptions {
+            rates: a
+                .lag_rates
+                .clone()
+                .unwrap_or_else(|| vec![LAG_RATE, LATENCY_TARGET_RATE]),
+            seconds: seconds(a.lag_seconds),
+            setups: vec![Setup::Async, Setup::SemiSync],
+            seed: a.seed,
+        },
+        ack: replication::AckOptions {
+            updates_per_s: a
+                .ack_updates_per_s
+                .unwrap_or(if q { 200 } else { 1000 })
+                .max(1),
+            update_rows: a.ack_update_rows.max(1),
+            seconds: seconds(a.ack_seconds),
+            setups: vec![Setup::Alone, Setup::Async, Setup::SemiSync],
+        },
+        catchup: replication::CatchupOptions {
+            gb,
+            standby_fsync: a.standby_fsync.clone(),
+            seed: a.seed,
+        },
+        restore: replication::RestoreOptions {
+            minutes: a.restore_minutes.clone(),
+            minutes_scale: scale,
+            rate: a.restore_rate.max(1),
+            batch_rows: a.restore_batch_rows.max(1),
+            base_rows: a
+                .restore_base_rows
+                .unwrap_or(if q { 20_000 } else { 1_000_000 }),
+            standby_fsync: a.standby_fsync.clone(),
+            symbols: 2000,
+            seed: a.seed,
+        },
+    })
+}
+
+/// The replication lag target's rate: 48,000 rows/s.
+const LAG_RATE: u64 = 48_000;
 
 #[derive(Args, Debug, Clone)]
 struct RobustnessArgs {
@@ -429,6 +596,20 @@ fn run_inner(args: BenchArgs) -> Result<()> {
                 )));
             }
         }
+        BenchCmd::Replication(a) => {
+            let r = replication::run(&bin, &work, &replication_opts(&a)?)?;
+            if let Some(p) = &a.json {
+                write_json(p, &r)?;
+            }
+            println!("{}", r.markdown());
+            let failures = r.failures();
+            if !failures.is_empty() {
+                return Err(BenchError::Server(format!(
+                    "replication: the standby did not equal the primary: {}",
+                    failures.join("; ")
+                )));
+            }
+        }
         BenchCmd::Report(a) => report(&bin, &work, &a)?,
     }
     Ok(())
@@ -615,6 +796,7 @@ fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
     let stack_md = stack_and_insert_sections(bin, work, a)?;
     let hot_md = hot_restart_sections(bin, work, a)?;
     let robust_md = robustness_section(bin, work, a)?;
+    let repl_md = replication_section(bin, work, a)?;
     let secs = started.elapsed().map(|d| d.as_secs()).unwrap_or(0);
     let date = today_utc();
     let profile = if cfg!(debug_assertions) {
@@ -627,7 +809,7 @@ fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
     md.push_str(&format!(
         "Generated by `scripts/bench.sh{}` (`tickdb bench report`) on {date}, in {secs} s, with a {profile} build. \
          Every peer figure was measured in the same run on the same machine. Regenerate with the same command; \
-         `tickdb bench ingest|latency|journal|kv|restart|stack|insert --help` runs one part with other sizes.\n\n",
+         `tickdb bench ingest|latency|journal|kv|restart|stack|insert|replication --help` runs one part with other sizes.\n\n",
         if a.quick { " --quick" } else { "" }
     ));
     md.push_str("## Machine\n\n");
@@ -646,6 +828,7 @@ fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
     md.push_str(&jr.markdown());
     md.push_str(&hot_md);
     md.push_str(&robust_md);
+    md.push_str(&repl_md);
     md.push_str(&stack_md);
     std::fs::write(&a.out, md).map_err(BenchError::io(format!("writing {}", a.out.display())))?;
     eprintln!("wrote {}", a.out.display());
@@ -670,6 +853,39 @@ fn robustness_section(bin: &Path, work: &Path, a: &ReportArgs) -> Result<String>
     let r = robustness::run(bin, work, &robustness_opts(&ra))?;
     Ok(format!(
         "\n## Robustness: acknowledged writes under hostile queries and clients\n\n{}",
+        r.markdown()
+    ))
+}
+
+/// The replication section (Zero-Impact Crash Recovery for kdb+): the cost
+/// to the primary, lag, acknowledgement latency, catch-up and restore. A
+/// standby that does not equal its primary fails the report.
+fn replication_section(bin: &Path, work: &Path, a: &ReportArgs) -> Result<String> {
+    let ra = ReplicationArgs {
+        sections: replication::SECTIONS
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        quick: a.quick,
+        restore_minutes: vec![0.0, 1.0, 2.5, 5.0],
+        restore_rate: restart::SEED_RATE,
+        restore_batch_rows: restart::SEED_RATE_BATCH_ROWS,
+        ack_update_rows: 48,
+        standby_fsync: "always".into(),
+        seed: 42,
+        ..ReplicationArgs::default()
+    };
+    eprintln!("[replication] cost to the primary, lag, acknowledgements, catch-up, restore");
+    let r = replication::run(bin, work, &replication_opts(&ra)?)?;
+    let failures = r.failures();
+    if !failures.is_empty() {
+        return Err(BenchError::Server(format!(
+            "replication: the standby did not equal the primary: {}",
+            failures.join("; ")
+        )));
+    }
+    Ok(format!(
+        "\n## Replication (Zero-Impact Crash Recovery for kdb+)\n\n{}",
         r.markdown()
     ))
 }

@@ -141,7 +141,7 @@ fn prestress(
 }
 
 /// Rows in every table of the rdb, from /status.
-fn rdb_rows(st: &serde_json::Value) -> u64 {
+pub(crate) fn rdb_rows(st: &serde_json::Value) -> u64 {
     st["tables"]
         .as_object()
         .map(|t| t.values().filter_map(|v| v["rows"].as_u64()).sum())

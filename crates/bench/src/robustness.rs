@@ -157,7 +157,7 @@ fn now_ns() -> i64 {
 }
 
 /// What the feed acknowledged: latencies, and the ids of acknowledged rows.
-struct Feed {
+pub(crate) struct Feed {
     hist: Mutex<Histogram<u64>>,
     acked_ids: Mutex<Vec<(u64, u64)>>,
     updates: AtomicU64,
@@ -167,7 +167,7 @@ struct Feed {
 }
 
 impl Feed {
-    fn new() -> Result<Feed> {
+    pub(crate) fn new() -> Result<Feed> {
         Ok(Feed {
             hist: Mutex::new(
                 Histogram::<u64>::new_with_bounds(1, 120_000_000, 3)
@@ -234,7 +234,9 @@ fn writer(
     Ok(())
 }
 
-fn phase(
+/// One timed phase of the paced feed (`o.updates_per_s` updates of
+/// `o.update_rows` rows over HTTP), with `during` running beside it.
+pub(crate) fn phase(
     name: &str,
     port: u16,
     o: &RobustnessOptions,
@@ -596,7 +598,7 @@ fn pg_port_of(srv: &servers::Tickdb) -> Result<u16> {
 /// the feed's symbol (as CSV), against the acknowledged ranges. Rows
 /// written but not acknowledged (a request the client gave up on) may be
 /// there too; they are neither lost nor duplicated.
-fn check_rows(port: u16, feed: &Feed) -> Result<(u64, u64)> {
+pub(crate) fn check_rows(port: u16, feed: &Feed) -> Result<(u64, u64)> {
     let mut ranges = feed
         .acked_ids
         .lock()

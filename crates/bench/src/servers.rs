@@ -20,6 +20,8 @@ pub struct Tickdb {
     pub tp: u16,
     /// The PostgreSQL port (`up` only).
     pub pg: Option<u16>,
+    /// The replication port (`--repl-port`): standbys follow it.
+    pub repl: u16,
     pub data_dir: PathBuf,
 }
 
@@ -40,11 +42,24 @@ pub fn start_tickdb(
     name: &str,
     extra: &[&str],
 ) -> Result<Tickdb> {
+    start_tickdb_env(bin, work, role, name, extra, &[])
+}
+
+/// `start_tickdb` with environment variables set for the server (a
+/// replication secret that a primary and its standbys share).
+pub fn start_tickdb_env(
+    bin: &Path,
+    work: &Path,
+    role: &str,
+    name: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Result<Tickdb> {
     let log = work.join(format!("{name}.log"));
     let mut tries = 0;
     loop {
         tries += 1;
-        match start_tickdb_once(bin, work, role, name, extra, &log) {
+        match start_tickdb_once(bin, work, role, name, extra, env, &log) {
             Err(BenchError::Server(_))
                 if tries < PORT_RACE_TRIES
                     && std::fs::read_to_string(&log)
@@ -63,9 +78,10 @@ fn start_tickdb_once(
     role: &str,
     name: &str,
     extra: &[&str],
+    env: &[(&str, &str)],
     log: &Path,
 ) -> Result<Tickdb> {
-    let (http, ilp, tp) = (free_port()?, free_port()?, free_port()?);
+    let (http, ilp, tp, repl) = (free_port()?, free_port()?, free_port()?, free_port()?);
     let data_dir = work.join(format!("{name}-data"));
     let mut cmd = Command::new(bin);
     cmd.arg(role)
@@ -76,11 +92,12 @@ fn start_tickdb_once(
             &ilp.to_string(),
         ])
         .args(["--tp-port", &tp.to_string()])
-        .args(["--repl-port", &free_port()?.to_string()])
+        .args(["--repl-port", &repl.to_string()])
         .arg("--data-dir")
         .arg(&data_dir)
         .args(extra)
-        .env("TICKDB_LOG", "warn");
+        .env("TICKDB_LOG", "warn")
+        .envs(env.iter().copied());
     let pg = if role == "up" {
         let p = free_port()?;
         cmd.args(["--pg-port", &p.to_string()]);
@@ -96,6 +113,7 @@ fn start_tickdb_once(
         ilp,
         tp,
         pg,
+        repl,
         data_dir,
     })
 }

@@ -1,0 +1,542 @@
+//! The replication report as markdown: a table per section, each with what
+//! was measured and how, and the targets reported next to the figures.
+
+use super::cluster::Setup;
+use super::ReplicationReport;
+use crate::disk::MB;
+use crate::stats::{si, Samples};
+use std::fmt::Write as _;
+
+/// The targets (reported, not asserted).
+const ASYNC_COST_PCT_MAX: f64 = 2.0;
+const SEMI_SYNC_COST_PCT_MAX: f64 = 10.0;
+const LAG_P99_US_MAX: u64 = 1_000;
+/// The rate the lag target is stated at, rows/s.
+const LAG_TARGET_RATE: u64 = 48_000;
+const CATCHUP_RATIO_MIN: f64 = 0.8;
+/// A feed that reached less than this share of its target rate is called
+/// out next to its row.
+const RATE_SHORTFALL: f64 = 0.95;
+/// The brief's log rate for its Figure 4 (10k-row bulk inserts), MB/s.
+const BRIEF_LOG_MB_S: f64 = 145.48;
+
+fn us(v: f64) -> String {
+    if v >= 1000.0 {
+        format!("{:.2} ms", v / 1000.0)
+    } else {
+        format!("{v:.0} µs")
+    }
+}
+
+/// A count: exact below a thousand, then 1.2k, 3.45M.
+fn count(n: u64) -> String {
+    if n < 1000 {
+        n.to_string()
+    } else {
+        si(n as f64)
+    }
+}
+
+fn secs(x: f64) -> String {
+    format!("{x:.2} s")
+}
+
+fn met(ok: bool) -> &'static str {
+    if ok {
+        "met"
+    } else {
+        "missed"
+    }
+}
+
+fn setup_name(s: Setup) -> &'static str {
+    match s {
+        Setup::Alone => "none (alone)",
+        Setup::Async => "async",
+        Setup::SemiSync => "semi-sync",
+    }
+}
+
+pub fn render(r: &ReplicationReport) -> String {
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        "Zero-Impact Crash Recovery for kdb+ ships a kdb+ primary's log to a standby that replays it and \
+         snapshots every 5 minutes; on failover the standby restores its last snapshot and replays the log \
+         after it. Here the primary is `tickdb up` and the standby `tickdb up --standby-of PRIMARY`: it appends \
+         the primary's journal to its own byte for byte, applies it to its own rdb and checkpoints its own \
+         Hot Restart store. Every node is a child process on loopback, on free ports, with its own data \
+         directory and replication port. **The standby runs on the same {} cores as the primary and the \
+         client, and competes with them for CPU** (the brief's standby had a NUMA node of its own). \
+         Measured on {}, {}, with a {} build{}.\n\n",
+        r.cores,
+        r.machine,
+        r.date,
+        r.build,
+        if r.build == "debug" {
+            " (figures NOT representative)"
+        } else {
+            ""
+        }
+    );
+    if !r.insert.is_empty() {
+        cost(&mut s, r);
+    }
+    if !r.lag.is_empty() {
+        lag(&mut s, r);
+    }
+    if !r.ack.is_empty() {
+        ack(&mut s, r);
+    }
+    if r.catchup.is_some() {
+        catchup(&mut s, r);
+    }
+    if r.restore.is_some() {
+        restore(&mut s, r);
+    }
+    checks(&mut s, r);
+    s
+}
+
+fn cost(s: &mut String, r: &ReplicationReport) {
+    let o = &r.options.cost;
+    let _ = write!(
+        s,
+        "### Cost to the primary (the brief's Figures 2 and 3)\n\n\
+         The brief's bulk-insert client: one connection inserts {} `trade` rows in 10,000-row requests (ILP \
+         over HTTP, each answered once journaled under the primary's `--fsync`; under semi-sync, once the \
+         standby has it fsynced too), {} run(s) per row on fresh nodes, median (min–max). MB/s counts the ILP \
+         bytes sent (10^6 bytes). CPU (% of one core) and RSS of the primary are sampled every second from \
+         /proc (CPU avg: the mean of the runs' averages; CPU max and RSS max: the highest seen), and the \
+         standby's CPU likewise. Async standby `--fsync {}`; semi-sync standby `--fsync always`.\n\n",
+        count(o.rows),
+        o.repeats,
+        o.standby_fsync
+    );
+    s.push_str("| primary `--fsync` | standby | rows/s | MB/s | ÷ alone | primary CPU avg | primary CPU max | primary RSS max | standby CPU avg |\n|---|---|---|---|---|---|---|---|---|\n");
+    let med = |c: &super::cost::CostCell, f: fn(&crate::insert::InsertResult) -> f64| {
+        Samples(c.runs.iter().map(f).collect())
+    };
+    let mut targets = Vec::new();
+    for c in &r.insert {
+        let rows = med(c, |x| x.rows_s);
+        let alone = r
+            .insert
+            .iter()
+            .find(|a| a.setup == Setup::Alone && a.primary_fsync == c.primary_fsync)
+            .and_then(|a| med(a, |x| x.rows_s).median());
+        let ratio = match (rows.median(), alone) {
+            (Some(v), Some(a)) if a > 0.0 => Some(v / a),
+            _ => None,
+        };
+        let cpu_avgs: Vec<f64> = c.runs.iter().filter_map(|x| x.cpu_avg()).collect();
+        let mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+        let pct = |x: Option<f64>| x.map(|v| format!("{v:.0}%")).unwrap_or("—".into());
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            c.primary_fsync,
+            match (&c.setup, &c.standby_fsync) {
+                (Setup::Alone, _) => setup_name(c.setup).to_string(),
+                (_, Some(f)) => format!("{} (`--fsync {f}`)", setup_name(c.setup)),
+                _ => setup_name(c.setup).to_string(),
+            },
+            rows.describe(si),
+            med(c, |x| x.mb_s).describe(|v| format!("{v:.1}")),
+            ratio.map(|v| format!("{v:.3}")).unwrap_or("—".into()),
+            pct(mean(&cpu_avgs)),
+            pct(c.runs.iter().filter_map(|x| x.cpu_max()).reduce(f64::max)),
+            c.runs
+                .iter()
+                .filter_map(|x| x.rss_max())
+                .max()
+                .map(|b| crate::stack::bytes(b as f64))
+                .unwrap_or("—".into()),
+            pct(mean(&c.standby_cpu_avg)),
+        );
+        if let (Some(v), Setup::Async | Setup::SemiSync) = (ratio, c.setup) {
+            let cost_pct = (1.0 - v) * 100.0;
+            let max = if c.setup == Setup::Async {
+                ASYNC_COST_PCT_MAX
+            } else {
+                SEMI_SYNC_COST_PCT_MAX
+            };
+            targets.push(format!(
+                "- A{} {} standby costs the primary at most {max:.0}% of its throughput: {cost_pct:.1}% under `--fsync {}` ({}).",
+                if c.setup == Setup::Async { "n" } else { "" },
+                c.setup.label(),
+                c.primary_fsync,
+                met(cost_pct <= max)
+            ));
+        }
+    }
+    let _ = write!(
+        s,
+        "\nTargets (reported, not asserted; a negative cost is run-to-run noise):\n\n{}\n\n",
+        targets.join("\n")
+    );
+}
+
+fn lag(s: &mut String, r: &ReplicationReport) {
+    let o = &r.options.lag;
+    let _ = write!(
+        s,
+        "### Replication lag\n\n\
+         `tickdb feed` sends trades and quotes (1:10) over ILP TCP to the primary at the target rate for {} s \
+         (it writes what is due every millisecond: at 48,000 rows/s, 48 rows a write); primary and standby run \
+         `--fsync always`. The standby measures every record from the primary journaling it (the record's journal \
+         time) to its own durable copy (appended and fsynced), and reports p50, p99 and max over the records it \
+         received (`replication.primary.lag_us` in its /status); each cell starts a fresh pair. Both clocks are \
+         this machine's.\n\n",
+        o.seconds
+    );
+    s.push_str("| shipping | target rows/s | achieved rows/s | records | p50 | p99 | max | writes refused |\n|---|---|---|---|---|---|---|---|\n");
+    let mut notes = Vec::new();
+    for c in &r.lag {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            c.setup.label(),
+            si(c.target_rows_s as f64),
+            si(c.achieved_rows_s),
+            c.records,
+            us(c.p50_us as f64),
+            us(c.p99_us as f64),
+            us(c.max_us as f64),
+            c.refused
+        );
+        if c.achieved_rows_s < RATE_SHORTFALL * c.target_rows_s as f64 {
+            notes.push(format!(
+                "{} at {} rows/s: the feed reached {} rows/s here (the feed, both nodes and the client share the cores).",
+                c.setup.label(),
+                si(c.target_rows_s as f64),
+                si(c.achieved_rows_s)
+            ));
+        }
+    }
+    let at_target: Vec<String> = r
+        .lag
+        .iter()
+        .filter(|c| c.target_rows_s == LAG_TARGET_RATE)
+        .map(|c| {
+            format!(
+                "{} {} ({})",
+                c.setup.label(),
+                us(c.p99_us as f64),
+                met(c.p99_us < LAG_P99_US_MAX)
+            )
+        })
+        .collect();
+    if !notes.is_empty() {
+        let _ = write!(s, "\n{}\n", notes.join(" "));
+    }
+    let _ = write!(
+        s,
+        "\nTarget (reported, not asserted): p99 under {} at {} rows/s: {}.\n\n",
+        us(LAG_P99_US_MAX as f64),
+        si(LAG_TARGET_RATE as f64),
+        if at_target.is_empty() {
+            "not measured at that rate".to_string()
+        } else {
+            at_target.join(", ")
+        }
+    );
+}
+
+fn ack(s: &mut String, r: &ReplicationReport) {
+    let o = &r.options.ack;
+    let _ = write!(
+        s,
+        "### Acknowledged-write latency\n\n\
+         {} updates/s of {} rows over ILP/HTTP from 4 connections for {} s, each timed by the client from \
+         sending the request to its 204 (the writer of the robustness benchmark). The primary runs \
+         `--fsync always` in every row, standbys `--fsync always`: alone, a 204 means fsynced on the primary; \
+         under semi-sync, fsynced on the primary and on the standby. Every acknowledged row was checked on the \
+         primary afterwards.\n\n",
+        o.updates_per_s, o.update_rows, o.seconds
+    );
+    s.push_str("| standby | updates acked | updates/s | errors | ack p50 | ack p99 | ack max | p99 ÷ alone | rows lost | rows duplicated |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    let alone = r
+        .ack
+        .iter()
+        .find(|a| a.setup == Setup::Alone)
+        .map(|a| a.phase.p99_us);
+    for a in &r.ack {
+        let p = &a.phase;
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} |",
+            setup_name(a.setup),
+            p.updates_acked,
+            p.achieved_updates_per_s,
+            p.write_errors,
+            us(p.p50_us),
+            us(p.p99_us),
+            us(p.max_us),
+            match alone {
+                Some(b) if b > 0.0 => format!("{:.2}×", p.p99_us / b),
+                _ => "—".into(),
+            },
+            a.lost_rows,
+            a.duplicated_rows
+        );
+    }
+    s.push('\n');
+}
+
+fn catchup(s: &mut String, r: &ReplicationReport) {
+    let (Some(c), o) = (&r.catchup, &r.options.catchup) else {
+        return;
+    };
+    let mb = c.journal_bytes as f64 / MB;
+    let _ = write!(
+        s,
+        "### Catch-up of a new standby\n\n\
+         A primary (`--fsync never`) loaded with the bulk insert to {mb:.0} MiB of journal ({} segment files, \
+         {} records, {} rows; {:.2} GB asked for); then a new standby (`--fsync {}`) is started behind all of \
+         it, timed from its start until its journal holds the primary's last record (polling its /status), \
+         and until its rdb has applied it too. The primary's shipper reads its segment files from the disk. \
+         Peer: a raw sequential read of the same files in 1 MiB blocks by one thread. Page cache {} before \
+         each. MB = MiB.\n\n",
+        c.segments,
+        c.records,
+        count(c.rows),
+        o.gb,
+        o.standby_fsync,
+        c.cold.unwrap_or("NOT emptied (no permission; warm reads)")
+    );
+    s.push_str("| | MB | seconds | MB/s | ÷ raw read |\n|---|---|---|---|---|\n");
+    let _ = writeln!(
+        s,
+        "| raw cold sequential read | {mb:.0} | {} | {:.0} | |",
+        secs(mb / c.raw_read_mb_s.max(1e-9)),
+        c.raw_read_mb_s
+    );
+    let _ = writeln!(
+        s,
+        "| standby catch-up: journal | {mb:.0} | {} | {:.0} | **{:.2}×** |",
+        secs(c.journal_secs),
+        c.journal_mb_s,
+        c.ratio_to_raw
+    );
+    let applied_mb_s = mb / c.applied_secs.max(1e-9);
+    let _ = writeln!(
+        s,
+        "| standby catch-up: applied by its rdb | {mb:.0} | {} | {:.0} | {:.2}× |",
+        secs(c.applied_secs),
+        applied_mb_s,
+        applied_mb_s / c.raw_read_mb_s.max(1e-9)
+    );
+    let _ = write!(
+        s,
+        "\nTarget (reported, not asserted): catch-up at {:.0}% or more of a raw cold read: {:.0}% ({}).\n\n",
+        CATCHUP_RATIO_MIN * 100.0,
+        c.ratio_to_raw * 100.0,
+        met(c.ratio_to_raw >= CATCHUP_RATIO_MIN)
+    );
+}
+
+/// One figure of a restore point, for a row of the figure-like table.
+type PointFigure = fn(&super::restore::RestorePoint) -> f64;
+
+fn restore(s: &mut String, r: &ReplicationReport) {
+    let (Some(res), o) = (&r.restore, &r.options.restore) else {
+        return;
+    };
+    let _ = write!(
+        s,
+        "### Restore after a crash (the brief's Figure 4)\n\n\
+         The brief's Figure 4 gives the seconds to replay the log from 0 to 5 minutes after the last snapshot \
+         (its log: 10k-row bulk inserts at {BRIEF_LOG_MB_S} MB/s). Here a standby (`--hot-restart DIR`, \
+         checkpoints only on command, `--fsync {}`) follows a primary preloaded with {} rows; for each point the \
+         standby checkpoints (`POST /checkpoint`), the primary journals the log of a {} rows/s feed ({}-row \
+         updates, as a feed ticking every millisecond journals them, loaded as fast as the primary takes them), \
+         the standby follows it, and is killed with SIGKILL. **Scaled: each minute here is {:.1} s of log \
+         (`--minutes-scale {}`; 1 gives the figure's sizes).** The standby is then restarted twice, page cache \
+         {} before each: from its journal alone (a full replay, no `--hot-restart`), then from its Hot Restart \
+         store plus the log after the checkpoint. Timed from the start of the process: ready = `/health` \
+         answers 200; caught up = its journal and rdb hold everything the primary has (each restart came back \
+         with exactly the primary's rows).\n\n",
+        o.standby_fsync,
+        count(o.base_rows),
+        si(o.rate as f64),
+        o.batch_rows,
+        60.0 * o.minutes_scale,
+        o.minutes_scale,
+        res.cold.unwrap_or("NOT emptied (no permission; warm reads)")
+    );
+    // The figure's layout: minutes after the last snapshot across.
+    s.push_str("| minutes of log after the last snapshot |");
+    for p in &res.points {
+        let _ = write!(s, " {} |", p.minutes);
+    }
+    s.push_str("\n|---|");
+    for _ in &res.points {
+        s.push_str("---|");
+    }
+    let rows: [(&str, PointFigure); 4] = [
+        ("seconds to ready, Hot Restart", |p| p.hot_restart.ready_s),
+        ("seconds to caught up, Hot Restart", |p| {
+            p.hot_restart.caught_up_s
+        }),
+        ("seconds to ready, full replay", |p| p.full_replay.ready_s),
+        ("seconds to caught up, full replay", |p| {
+            p.full_replay.caught_up_s
+        }),
+    ];
+    for (name, f) in rows {
+        let _ = write!(s, "\n| {name} |");
+        for p in &res.points {
+            let _ = write!(s, " {:.2} |", f(p));
+        }
+    }
+    s.push_str("\n\nIn detail:\n\n");
+    s.push_str("| minutes (s of log here) | log after the snapshot | Hot Restart: ready | of which store reload / table rebuild | Hot Restart: caught up | full replay of | full replay: ready | full replay: caught up | speed-up to ready |\n|---|---|---|---|---|---|---|---|---|\n");
+    for p in &res.points {
+        let h = &p.hot_restart;
+        let f = &p.full_replay;
+        let _ = writeln!(
+            s,
+            "| {} ({:.1} s) | {} records, {} rows | {} | {} | {} | {} records, {:.0} MB | {} | {} | **{}** |",
+            p.minutes,
+            p.log_seconds,
+            p.tail_records,
+            count(p.tail_rows),
+            secs(h.ready_s),
+            match (h.reload_s, h.rebuild_s) {
+                (Some(a), Some(b)) => format!("{} / {}", secs(a), secs(b)),
+                _ => "—".into(),
+            },
+            secs(h.caught_up_s),
+            p.journal_records,
+            p.journal_bytes as f64 / MB,
+            secs(f.ready_s),
+            secs(f.caught_up_s),
+            if h.ready_s > 0.0 {
+                format!("{:.1}×", f.ready_s / h.ready_s)
+            } else {
+                "—".into()
+            }
+        );
+    }
+    s.push('\n');
+}
+
+fn checks(s: &mut String, r: &ReplicationReport) {
+    let failures = r.failures();
+    let _ = write!(
+        s,
+        "### Correctness\n\n\
+         After every scenario with a standby, once it had caught up: its journal against the primary's with \
+         `tickdb journal compare` (exit 0: the same records and segment files over the range both hold), and the \
+         rows of every table on both. {} checks: {}.\n",
+        r.checks.len(),
+        if failures.is_empty() {
+            "all passed".to_string()
+        } else {
+            format!("**{} FAILED**", failures.len())
+        }
+    );
+    for f in failures {
+        let _ = writeln!(s, "- {f}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::*;
+
+    fn report(checks: Vec<cluster::Check>) -> ReplicationReport {
+        let options = ReplicationOptions {
+            sections: vec![],
+            cost: CostOptions {
+                rows: 1,
+                fsync: vec![],
+                repeats: 1,
+                standby_fsync: "always".into(),
+                seed: 1,
+            },
+            lag: LagOptions {
+                rates: vec![],
+                seconds: 1.0,
+                setups: vec![],
+                seed: 1,
+            },
+            ack: AckOptions {
+                updates_per_s: 1,
+                update_rows: 1,
+                seconds: 1.0,
+                setups: vec![],
+            },
+            catchup: CatchupOptions {
+                gb: 1.0,
+                standby_fsync: "always".into(),
+                seed: 1,
+            },
+            restore: RestoreOptions {
+                minutes: vec![],
+                minutes_scale: 1.0,
+                rate: 1,
+                batch_rows: 1,
+                base_rows: 0,
+                standby_fsync: "always".into(),
+                symbols: 1,
+                seed: 1,
+            },
+        };
+        ReplicationReport {
+            machine: "a machine".into(),
+            cores: 2,
+            date: "2026-01-01".into(),
+            build: "release",
+            options,
+            insert: vec![],
+            lag: vec![],
+            ack: vec![],
+            catchup: None,
+            restore: None,
+            correct: checks.iter().all(|c| c.ok),
+            checks,
+        }
+    }
+
+    fn check(ok: bool) -> cluster::Check {
+        cluster::Check {
+            scenario: "lag, async".into(),
+            seq: 7,
+            primary_rows: 70,
+            standby_rows: if ok { 70 } else { 60 },
+            journal_equal: ok,
+            journal_compare: if ok {
+                "identical over seq 1..=7".into()
+            } else {
+                "first difference at seq 5".into()
+            },
+            ok,
+        }
+    }
+
+    #[test]
+    fn names_the_brief_and_counts_the_checks() {
+        let md = report(vec![check(true), check(true)]).markdown();
+        assert!(md.contains("Zero-Impact Crash Recovery for kdb+"), "{md}");
+        assert!(md.contains("competes with them for CPU"), "{md}");
+        assert!(md.contains("2 checks: all passed"), "{md}");
+        // The report names its source by title, never by file or issue.
+        assert!(!md.to_lowercase().contains("seed 0"), "{md}");
+        assert!(!md.to_lowercase().contains("issue #"), "{md}");
+    }
+
+    #[test]
+    fn a_mismatch_is_a_failure_named_in_the_report() {
+        let r = report(vec![check(true), check(false)]);
+        let f = r.failures();
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(f[0].contains("first difference at seq 5") && f[0].contains("60 on the standby"));
+        let md = r.markdown();
+        assert!(
+            md.contains("**1 FAILED**") && md.contains("first difference at seq 5"),
+            "{md}"
+        );
+    }
+}
