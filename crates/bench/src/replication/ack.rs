@@ -54,6 +54,7 @@ fn cell(c: &Cluster, o: &AckOptions, setup: Setup, checks: &mut Vec<Check>) -> R
         slow_queries: 0,
         idle_per_port: 0,
         query_timeout_ms: 0,
+        query_threads: None,
     };
     let feed = Arc::new(robustness::Feed::new()?);
     let phase = robustness::phase(setup.label(), p.http, &ro, &feed, |_| Ok(()))?;
