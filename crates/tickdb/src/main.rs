@@ -26,7 +26,7 @@ struct Cli {
 enum Cmd {
     /// Run tp + rdb in one process (no network hop between them): the
     /// embedded default. HTTP (writes and queries) on --http-port.
-    Up(roles::UpArgs),
+    Up(Box<roles::UpArgs>),
     /// Run the tickerplant alone: ILP ingest, journal, subscriptions.
     Tp(roles::TpOnlyArgs),
     /// Run a real-time database that follows a tp: replays the journal up to
@@ -106,7 +106,7 @@ fn main() -> ExitCode {
             };
             let result = rt.block_on(async move {
                 match role {
-                    Cmd::Up(a) => roles::up(a).await,
+                    Cmd::Up(a) => roles::up(*a).await,
                     Cmd::Tp(a) => roles::tp(a).await,
                     Cmd::Rdb(a) => roles::rdb(a).await,
                     Cmd::Agg(a) => tickdb_stack::agg::run(a).await.map_err(|e| e.to_string()),
