@@ -3,15 +3,19 @@
 # benchmark with its peer in the same run: ingest, latency and journal, Hot
 # Restart (the key-value workload of Hot Restart Persistence against dd, a cold read and Redis 7;
 # the rdb's restart against a full journal replay, and checkpoint pauses),
-# the market-data stack (the Optane kdb+ study: DRAM against fsmem rdbs) and the bulk
-# insert (Zero-Impact Crash Recovery for kdb+) (`tickdb bench report`: QuestDB from Maven Central, which
-# needs java and, on first use, network access to download the jar; Redis
-# from Debian's redis-server, installed here when missing; dd), then SQL
+# robustness (acknowledged writes, quiet and under hostile queries and clients),
+# replication (Zero-Impact Crash Recovery for kdb+: the cost to the primary, lag,
+# acknowledgements per shipping mode, catch-up, restore), the market-data stack
+# (the Optane kdb+ study: DRAM against fsmem rdbs) and the bulk insert
+# (`tickdb bench report`: QuestDB from Maven Central, which needs java and, on
+# first use, network access to download the jar; Redis from Debian's
+# redis-server, installed here when missing; dd), then SQL
 # (scripts/bench_query.py: QuestDB and DuckDB).
 #
-#   scripts/bench.sh                full sizes (about 25 minutes on 2 cores: QuestDB's
+#   scripts/bench.sh                full sizes (about 45 minutes on 2 cores: QuestDB's
 #                                   5M x 5M ASOF JOIN, 7 stack scenarios of 20 s, 2M x 1 KB
-#                                   entries in the store and in Redis, 9 restarts of 10M rows)
+#                                   entries in the store and in Redis, 9 restarts of 10M rows,
+#                                   two 30 s robustness phases, the replication sections)
 #   scripts/bench.sh --quick        small sizes, one repeat (a few minutes)
 #   scripts/bench.sh --no-questdb   without QuestDB
 #   scripts/bench.sh --no-redis     without Redis

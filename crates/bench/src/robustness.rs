@@ -315,7 +315,8 @@ pub(crate) fn phase(
 }
 
 /// Hostile queries over HTTP in a loop, tallied by answer.
-/// The storm's client threads run at the lowest priority: on a real node
+/// The storm's client threads run at the lowest priority (nice 19 under
+/// `SCHED_IDLE`, as the node's own query threads do): on a real node
 /// its attackers are remote and use none of its CPU; here they share the
 /// cores, and at equal priority their own work (building requests, reading
 /// a million rows) would be measured as the node's slowness.
@@ -324,6 +325,8 @@ fn as_remote_client() {
     unsafe {
         let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
         libc::setpriority(libc::PRIO_PROCESS, tid, STORM_CLIENT_NICE);
+        let param = libc::sched_param { sched_priority: 0 };
+        libc::sched_setscheduler(tid as libc::pid_t, libc::SCHED_IDLE, &param);
     }
 }
 
