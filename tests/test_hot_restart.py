@@ -260,7 +260,7 @@ def test_store_for_another_schema_refuses_start(cluster, rng, tmp_path):
     assert "schema differs" in out and "bid_px" in out, out[-2000:]
 
 
-# ---- the benchmarks of issue #5, in short runs ------------------------------
+# ---- the Hot Restart benchmarks, in short runs ------------------------------
 # They check what they measure (both systems against a model of the workload,
 # every restart against the rows held at the crash), so a short run is a real
 # end-to-end test of the store, Redis as the peer and the rdb's restart paths.

@@ -1,4 +1,4 @@
-"""The market-data test stack of seed 004 and seed 000's bulk insert, end to
+"""The market-data test stack of the Optane kdb+ study and the bulk insert of Zero-Impact Crash Recovery for kdb+, end to
 end over the real binary: tickdb feed, agg and monitor as separate
 processes; `tickdb bench stack` and `tickdb bench insert` in short runs;
 Ctrl-C on `bench stack` leaves no process behind.

@@ -1,4 +1,4 @@
-//! `tickdb bench insert`: seed 000's bulk-insert client. One connection
+//! `tickdb bench insert`: the bulk-insert client of Zero-Impact Crash Recovery for kdb+. One connection
 //! posts 10,000-row `trade` inserts (ILP over HTTP; each request is
 //! answered once journaled under the fsync policy) until N rows are
 //! acknowledged; throughput in MB/s and rows/s; the server's CPU and RSS

@@ -1,4 +1,4 @@
-//! `tickdb bench stack`: seed 004's test stack. Each stack is five
+//! `tickdb bench stack`: the Optane kdb+ study's test stack. Each stack is five
 //! processes of this binary: `tickdb feed` → `tickdb tp` → `tickdb agg` →
 //! `tickdb rdb` → `tickdb monitor`, on free loopback ports with its own
 //! directory; the rdb holds its tables in DRAM or in fsmem (every table,

@@ -1,4 +1,4 @@
-//! Memory domains (seed 004, kdb+ 4.0 `-m`): where a column chunk's bytes
+//! Memory domains (the Optane kdb+ study, kdb+ 4.0 `-m`): where a column chunk's bytes
 //! live. `dram` is the heap; `fsmem` is a file-backed `mmap` under a directory
 //! given at start (a DAX/PMEM mount in production). Every allocation is
 //! counted per domain so the server can report memory by domain.

@@ -1,5 +1,5 @@
 //! tickdb Hot Restart: an in-memory key → value store persisted log-structured, after
-//! Hazelcast's Hot Restart (seed 002) and Sprite LFS.
+//! Hazelcast's Hot Restart Persistence and Sprite LFS.
 //!
 //! - Every update is appended as a record (value, tombstone or prefix tombstone),
 //!   with a CRC32C and a global sequence number, to bounded chunk files; values

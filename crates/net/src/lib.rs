@@ -1,5 +1,5 @@
 //! tickdb-net owns how tickdb roles meet on the network: listener specs
-//! (`PORT` or `rp,PORT`, seed 003's socket sharding), binding a TCP listener
+//! (`PORT` or `rp,PORT`, the KX socket sharding whitepaper), binding a TCP listener
 //! with the right socket options, and the tp subscription wire protocol
 //! (`proto`) that rdbs, the aggregation engine and other subscribers speak.
 

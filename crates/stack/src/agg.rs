@@ -1,4 +1,4 @@
-//! `tickdb agg`: the aggregation engine of seed 004. It subscribes to the
+//! `tickdb agg`: the aggregation engine of the Optane kdb+ study. It subscribes to the
 //! tp's `trade` and `quote` (replaying the journal from `--from-seq`, then
 //! live), keeps minute bars per symbol and daily stats per symbol
 //! (`bars`), and publishes the bars that changed back through the tp as

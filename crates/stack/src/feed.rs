@@ -1,4 +1,4 @@
-//! `tickdb feed`: the simulated market-data feed of seed 004. It draws
+//! `tickdb feed`: the simulated market-data feed of the Optane kdb+ study. It draws
 //! trades and quotes (1:10) from the seeded simulator (`gen`), stamps each
 //! with its generation time (CLOCK_REALTIME ns, strictly increasing) in the
 //! `time` column, and publishes them as InfluxDB line protocol to a tp:

@@ -1,4 +1,4 @@
-//! tickdb-stack: the market-data test stack of seed 004, shipped as product
+//! tickdb-stack: the market-data test stack of the Optane kdb+ study, shipped as product
 //! commands that users run to size their own systems.
 //!
 //! - `gen`: the seeded market simulator (symbols with skewed activity,

@@ -1,4 +1,4 @@
-//! `tickdb monitor`: the monitor of seed 004. Every `--every-ms` it queries
+//! `tickdb monitor`: the monitor of the Optane kdb+ study. Every `--every-ms` it queries
 //! an rdb over HTTP, like any client, and records:
 //!
 //! - trade and quote latency: the time the answer arrived minus the

@@ -1,4 +1,4 @@
-//! Hot Restart for the rdb (seed 002): the rdb's tables persisted in a
+//! Hot Restart for the rdb (after Hot Restart Persistence): the rdb's tables persisted in a
 //! tickdb-hotrestart store, so that a restart reloads them at disk speed and
 //! replays only the journal after the last checkpoint.
 //!
@@ -36,7 +36,7 @@ use tickdb_core::store::Store as ColumnStore;
 use tickdb_core::Schema;
 use tickdb_hotrestart::{Config, ReloadReport, Store as HotStore};
 
-/// Default time between scheduled checkpoints: seed 000's five minutes.
+/// Default time between scheduled checkpoints: the five minutes of Zero-Impact Crash Recovery for kdb+.
 pub const CHECKPOINT_INTERVAL_S_DEFAULT: u64 = 300;
 
 /// How the rdb's Hot Restart store is opened.
