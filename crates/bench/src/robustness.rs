@@ -330,6 +330,9 @@ fn as_remote_client() {
     }
 }
 
+/// How long the row check keeps retrying a node still busy with the
+/// storm's queries, in seconds.
+const CHECK_RETRY_S: u64 = 120;
 /// Nice value of the storm's client threads.
 const STORM_CLIENT_NICE: i32 = 19;
 
@@ -610,7 +613,19 @@ pub(crate) fn check_rows(port: u16, feed: &Feed) -> Result<(u64, u64)> {
     ranges.sort_unstable();
     let sql = format!("select size from trade where sym = '{FEED_SYM}'");
     let path = format!("/exec?format=csv&query={}", url_encode(&sql));
-    let (status, body) = HttpConn::connect(port)?.request("GET", &path, b"")?;
+    // Right after a storm the node is still working off the hostile
+    // queries already admitted (each ends at its deadline), so the check
+    // may time out or find the queue full: try again, within a bound.
+    let given_up_at = Instant::now() + Duration::from_secs(CHECK_RETRY_S);
+    let (status, body) = loop {
+        let (status, body) = HttpConn::connect(port)?.request("GET", &path, b"")?;
+        if (status == 408 || status == 503) && Instant::now() < given_up_at {
+            eprintln!("robustness: the row check got HTTP {status} (the node is still ending the storm's queries); trying again");
+            std::thread::sleep(Duration::from_secs(1));
+            continue;
+        }
+        break (status, body);
+    };
     if status != 200 {
         return Err(BenchError::Server(format!(
             "{sql}: HTTP {status}: {}",
