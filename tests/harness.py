@@ -97,6 +97,19 @@ class Proc:
             time.sleep(0.02)
         raise AssertionError(f"tickdb not ready after {timeout}s:\n{self.log_tail()}")
 
+    def wait_log(self, text: str, timeout: float = 10, lines: int = 200) -> str:
+        """The log's tail once it contains `text`. A node writes a log line
+        after it has acted (closed the socket, answered), so a client that
+        saw the action may look before the line is there."""
+        deadline = time.monotonic() + timeout
+        while True:
+            tail = self.log_tail(lines)
+            if text in tail:
+                return tail
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"{text!r} not logged within {timeout}s:\n{tail}")
+            time.sleep(0.05)
+
     def log_tail(self, lines: int = 40) -> str:
         try:
             text = self.log.read_text(errors="replace")

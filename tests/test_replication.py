@@ -243,7 +243,7 @@ def test_semi_sync_degrades_only_when_asked(cluster):
     st = repl_status(p)["semi_sync"]
     assert st["degraded"] and st["degradations_total"] == 1, st
     assert "tickdb_repl_semi_sync_degraded 1" in requests.get(p.url + "/metrics", timeout=10).text
-    assert "degraded to async" in p.log_tail(50)
+    p.wait_log("degraded to async")
     s = standby(cluster, p, "s")
     w.write(5)
     wait_caught_up(p, s)
@@ -252,7 +252,7 @@ def test_semi_sync_degrades_only_when_asked(cluster):
         w.write_one()
         time.sleep(0.05)
     assert not repl_status(p)["semi_sync"]["degraded"]
-    assert "semi-sync restored" in p.log_tail(50)
+    p.wait_log("semi-sync restored")
 
 
 def test_semi_sync_kill_loop_loses_no_acknowledged_row(cluster, rng):
@@ -379,7 +379,7 @@ def test_strangers_bad_versions_and_wrong_secrets_are_refused(cluster, monkeypat
                 pass
         except ConnectionResetError:
             pass  # dropped with our bytes unread: a reset, as it should be
-    assert "not a tickdb replication peer" in p.log_tail(20)
+    p.wait_log("not a tickdb replication peer")
     # A client of another protocol version gets a Refuse naming both.
     with socket.create_connection(("127.0.0.1", p.repl_port), timeout=10) as c:
         c.settimeout(10)
@@ -403,7 +403,7 @@ def test_strangers_bad_versions_and_wrong_secrets_are_refused(cluster, monkeypat
     while time.monotonic() < deadline and "authentication failed" not in bad.log_tail(50):
         time.sleep(0.1)
     assert "authentication failed" in bad.log_tail(50), bad.log_tail(50)
-    assert "failed authentication" in p.log_tail(50)
+    p.wait_log("failed authentication")
     assert requests.get(p.url + "/health", timeout=10).status_code == 200
 
 
