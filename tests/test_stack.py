@@ -239,10 +239,14 @@ def test_bench_stack_report_has_every_row_and_plausible_latencies(tmp_path):
         assert s["feed"]["rate_achieved"] > 1500 and s["prestress"]["prestress_rows"] == 5000
     # With a 1 s tp timer the newest row is up to a second old: the timer is in effect.
     assert max(s["monitor"]["quote_latency_ms"]["max"] for s in t2["dram"] + t2["fsmem"]) > 200
-    # fsmem rdbs keep their tables out of the DRAM domain.
-    assert t1["dram"]["monitor"]["dram_bytes_max"] > 0
-    assert t1["fsmem"]["monitor"]["dram_bytes_max"] < t1["dram"]["monitor"]["dram_bytes_max"] / 20
-    assert t1["fsmem"]["monitor"]["fsmem_bytes_max"] > 0
+    # fsmem rdbs keep their tables out of the DRAM domain. Symbol tables stay
+    # in DRAM for every table (docs/schema.md), so an fsmem rdb's DRAM is
+    # small but not nothing: here about 1/22 of the DRAM rdb's, a margin too
+    # thin to assert at 1/20.
+    dram, fsmem = t1["dram"]["monitor"], t1["fsmem"]["monitor"]
+    assert dram["dram_bytes_max"] > 0 and fsmem["fsmem_bytes_max"] > 0
+    assert fsmem["dram_bytes_max"] < dram["dram_bytes_max"] / 10, (dram, fsmem)
+    assert fsmem["dram_bytes_max"] < fsmem["fsmem_bytes_max"] / 10, fsmem
 
 
 def test_bench_insert_reports_throughput_and_server_samples(tmp_path):
