@@ -20,6 +20,7 @@ pub fn run(tp: Arc<Tickerplant>, rdb: Arc<Rdb>, life: Lifecycle) {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!("embedded rdb cannot subscribe: {e}");
+                life.failed(&format!("the rdb cannot subscribe to the tp: {e}"));
                 return;
             }
         };
@@ -37,12 +38,14 @@ pub fn run(tp: Arc<Tickerplant>, rdb: Arc<Rdb>, life: Lifecycle) {
                     Ok(r) => r,
                     Err(e) => {
                         tracing::error!("journal replay failed: {e}");
+                        life.failed(&format!("journal replay failed: {e}"));
                         tp.unsubscribe(sub.queue.id());
                         return;
                     }
                 };
                 if let Err(e) = rdb.apply_payload(rec.seq, &rec.payload) {
                     tracing::error!("journal replay: {e}");
+                    life.failed(&format!("journal replay: {e}"));
                     tp.unsubscribe(sub.queue.id());
                     return;
                 }

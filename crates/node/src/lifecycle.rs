@@ -17,6 +17,10 @@ pub enum Phase {
     Starting,
     /// Loading tables: `done` of `total` units (records, rows) of `what`.
     Loading,
+    /// Loading stopped at an error (`what` says which): the tables will not
+    /// be complete without an operator, so no query is answered. Writes are
+    /// still journaled, so nothing acknowledged is lost.
+    Failed,
     /// Tables complete and following live updates: queries are answered.
     Ready,
     /// Finishing what is in flight before stopping; no new work.
@@ -98,6 +102,12 @@ impl Lifecycle {
         self.done.store(done, Ordering::Relaxed);
     }
 
+    /// Loading failed for good: `why` is shown by `/health`, `/status` and
+    /// every refused query until the node is restarted.
+    pub fn failed(&self, why: &str) {
+        self.set(Phase::Failed, why);
+    }
+
     pub fn ready(&self) {
         self.set(Phase::Ready, "serving");
     }
@@ -151,6 +161,11 @@ impl Lifecycle {
                 "{}: {} so far after {:.1} s; queries are answered once the tables are complete",
                 s.what, s.done, s.seconds_in_phase
             )),
+            Phase::Failed => Err(format!(
+                "loading the tables failed: {}; queries are not answered (the log has the \
+                 details; writes are still journaled), restart the node once the cause is fixed",
+                s.what
+            )),
             Phase::Stopping => Err("the node is stopping".to_string()),
         }
     }
@@ -195,5 +210,23 @@ mod tests {
         );
         l.loading("late", 1);
         assert_eq!(l.phase(), Phase::Draining, "draining is final");
+    }
+
+    #[test]
+    fn a_failed_load_refuses_queries_with_its_reason_until_stopped() {
+        let life = Lifecycle::new();
+        life.loading("replaying the journal (records)", 10);
+        life.progress(4);
+        life.failed("journal replay stopped at seq 5: corrupt update");
+        assert_eq!(life.phase(), Phase::Failed);
+        let why = life.check().unwrap_err();
+        assert!(why.contains("seq 5: corrupt update"), "{why}");
+        assert_eq!(
+            life.status().what,
+            "journal replay stopped at seq 5: corrupt update"
+        );
+        // Stopping still ends a failed node.
+        life.stopping();
+        assert_eq!(life.phase(), Phase::Stopping);
     }
 }
