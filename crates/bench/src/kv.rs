@@ -1,4 +1,4 @@
-//! Seed 002's Hot Restart benchmark, scaled to this machine: a keyed table
+//! The benchmark of Hot Restart Persistence, scaled to this machine: a keyed table
 //! `cache(key, value bytes)` of N entries with 1 KB values in the Hot Restart
 //! store (keys carry the table prefix `cache/`), loaded, then updated and
 //! removed at random; then reloaded cold. Peers in the same run: the raw disk

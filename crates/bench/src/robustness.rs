@@ -5,7 +5,7 @@
 //! result of every row, 50 concurrent slow queries, idle and slowloris
 //! clients on HTTP, ILP, the subscription port and PostgreSQL, and
 //! subscribers that never read. Reported: p50, p99 and max of the write
-//! acknowledgements in both phases and their ratio (the target:
+//! acknowledgements in both phases and their ratio (the target:
 //! p99 within 2× of quiet), what the node answered the hostile queries,
 //! and the check that matters more than speed: the node is still up and
 //! every acknowledged row is there exactly once.
