@@ -122,14 +122,19 @@ pub fn bind(
         h.write(storage, dir)
             .map_err(|e| OpenError::Io(format!("recording the schema: {e}")))
     };
-    let Some(history) = history else {
+    // No history that covers the records: a new journal records the schema
+    // from seq 1; records already there are checked against it and adopt it.
+    let record_or_adopt = || -> Result<Bound, OpenError> {
         if last_seq == 0 {
             write(vec![entry(1)])?;
             return Ok(Bound::Recorded { first_seq: 1 });
         }
         let (first_seq, records) = adopt(dir, schema, origin)?;
         write(vec![entry(first_seq)])?;
-        return Ok(Bound::Adopted { first_seq, records });
+        Ok(Bound::Adopted { first_seq, records })
+    };
+    let Some(history) = history else {
+        return record_or_adopt();
     };
     let parse = |e: &SchemaEntry| {
         Schema::parse(
@@ -165,15 +170,9 @@ pub fn bind(
         .cloned()
         .collect();
     let Some(base) = kept.last() else {
-        if last_seq == 0 {
-            write(vec![entry(1)])?;
-            return Ok(Bound::Recorded { first_seq: 1 });
-        }
         // The history starts after the records held (only a hand-made
         // directory gets here): check them like a journal without one.
-        let (first_seq, records) = adopt(dir, schema, origin)?;
-        write(vec![entry(first_seq)])?;
-        return Ok(Bound::Adopted { first_seq, records });
+        return record_or_adopt();
     };
     match diff(&parse(base)?, schema) {
         SchemaChange::Same => {
