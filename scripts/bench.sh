@@ -12,7 +12,7 @@
 # redis-server, installed here when missing; dd), then SQL
 # (scripts/bench_query.py: QuestDB and DuckDB).
 #
-#   scripts/bench.sh                full sizes (about 45 minutes on 2 cores: QuestDB's
+#   scripts/bench.sh                full sizes (about 15 minutes on 2 cores: QuestDB's
 #                                   5M x 5M ASOF JOIN, 7 stack scenarios of 20 s, 2M x 1 KB
 #                                   entries in the store and in Redis, 9 restarts of 10M rows,
 #                                   two 30 s robustness phases, the replication sections)

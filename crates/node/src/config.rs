@@ -229,8 +229,9 @@ pub struct QueryArgs {
     /// "out of memory"; nothing spills to disk.
     #[arg(long, default_value_t = 1 << 30, value_name = "BYTES")]
     pub query_memory_bytes: usize,
-    /// Threads that run queries, apart from ingest (and at a lower
-    /// priority). Default: one per core.
+    /// Threads that run queries, apart from ingest and at the lowest
+    /// scheduling priority (SCHED_IDLE): ingest always gets the CPU first.
+    /// Default: one per core.
     #[arg(long, value_name = "N")]
     pub query_threads: Option<usize>,
     /// Queries that run at once; more wait for a turn.
