@@ -6,7 +6,7 @@
 //! ```text
 //! segment header (32 bytes, little endian)
 //!   0  8  magic  b"TICKJRNL"
-//!   8  4  u32 version (1)
+//!   8  4  u32 version (2; 1 is still read: its records are all epoch 0)
 //!  12  4  u32 header_len (32)
 //!  16  8  u64 first_seq (equals the number in the file name)
 //!  24  8  i64 created_unix_ns
@@ -17,14 +17,21 @@
 //!  16  8  i64 time_ns
 //!  24  4  u32 rows
 //!  28  1  u8  kind
-//!  29  3  reserved, zero
+//!  29  3  u24 epoch (the term it was written in; 0 before any promotion)
 //!  32  payload_len bytes of payload
 //! ```
 
 /// First eight bytes of every segment file.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"TICKJRNL";
-/// The segment format version this build writes and reads.
-pub const SEGMENT_VERSION: u32 = 1;
+/// The segment format version this build writes. Version 2 gave the three
+/// reserved bytes of every record header to the epoch; a tickdb that only
+/// knows version 1 refuses such a segment by its version instead of taking
+/// an epoch for corruption.
+pub const SEGMENT_VERSION: u32 = 2;
+/// The oldest segment version this build reads (its records are epoch 0).
+pub const SEGMENT_VERSION_MIN: u32 = 1;
+/// The largest epoch a record header holds (24 bits).
+pub const EPOCH_MAX: u32 = (1 << 24) - 1;
 /// Length of the segment header, in bytes.
 pub const SEGMENT_HEADER_BYTES: u64 = 32;
 /// Length of a record header (everything before the payload), in bytes.
@@ -124,7 +131,7 @@ pub fn decode_header(buf: &[u8], name_seq: u64) -> Result<SegmentHeader, HeaderP
         return Err(HeaderProblem::BadMagic);
     }
     let version = u32_at(h, 8);
-    if version != SEGMENT_VERSION {
+    if !(SEGMENT_VERSION_MIN..=SEGMENT_VERSION).contains(&version) {
         return Err(HeaderProblem::Version(version));
     }
     let header_len = u32_at(h, 12);
@@ -152,6 +159,8 @@ pub struct RecordHeader {
     pub time_ns: i64,
     pub rows: u32,
     pub kind: u8,
+    /// The epoch (term) of the primary that wrote it.
+    pub epoch: u32,
 }
 
 impl RecordHeader {
@@ -161,9 +170,23 @@ impl RecordHeader {
     }
 }
 
-/// Appends one encoded record to `out`.
+/// Appends one encoded record of epoch 0 to `out`.
 pub fn encode_record(
     out: &mut Vec<u8>,
+    seq: u64,
+    kind: u8,
+    rows: u32,
+    time_ns: i64,
+    payload: &[u8],
+) {
+    encode_record_in(out, 0, seq, kind, rows, time_ns, payload)
+}
+
+/// Appends one encoded record written in `epoch` (at most EPOCH_MAX: the
+/// journal checks it when an epoch begins) to `out`.
+pub fn encode_record_in(
+    out: &mut Vec<u8>,
+    epoch: u32,
     seq: u64,
     kind: u8,
     rows: u32,
@@ -177,7 +200,7 @@ pub fn encode_record(
     out.extend_from_slice(&time_ns.to_le_bytes());
     out.extend_from_slice(&rows.to_le_bytes());
     out.push(kind);
-    out.extend_from_slice(&[0u8; 3]);
+    out.extend_from_slice(&epoch.to_le_bytes()[..3]);
     out.extend_from_slice(payload);
     let crc = crc32c::crc32c(&out[start + RECORD_CRC_START..]);
     out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
@@ -194,8 +217,6 @@ pub enum RecordCheck {
     },
     /// The length field is above RECORD_PAYLOAD_BYTES_MAX.
     TooLong(u32),
-    /// The reserved bytes are not zero.
-    Reserved,
     BadCrc {
         stored: u32,
         computed: u32,
@@ -213,7 +234,6 @@ impl RecordCheck {
             RecordCheck::TooLong(n) => Some(format!(
                 "record length {n} above the bound {RECORD_PAYLOAD_BYTES_MAX}"
             )),
-            RecordCheck::Reserved => Some("record reserved bytes are not zero".into()),
             RecordCheck::BadCrc { stored, computed } => Some(format!(
                 "CRC32C mismatch (stored {stored:#010x}, computed {computed:#010x})"
             )),
@@ -221,8 +241,8 @@ impl RecordCheck {
     }
 }
 
-/// Checks the record that starts at `off` in `buf` (length bound, reserved
-/// bytes, completeness and CRC). The sequence number is the caller's to check.
+/// Checks the record that starts at `off` in `buf` (length bound,
+/// completeness and CRC). The sequence number is the caller's to check.
 pub fn check_record(buf: &[u8], off: usize) -> RecordCheck {
     let have = buf.len().saturating_sub(off) as u64;
     if have < RECORD_HEADER_BYTES {
@@ -240,9 +260,6 @@ pub fn check_record(buf: &[u8], off: usize) -> RecordCheck {
     if have < need {
         return RecordCheck::Incomplete { have, need };
     }
-    if r[29..32] != [0, 0, 0] {
-        return RecordCheck::Reserved;
-    }
     let stored = u32_at(r, 4);
     let computed = crc32c::crc32c(&r[RECORD_CRC_START..need as usize]);
     if stored != computed {
@@ -259,7 +276,13 @@ pub fn decode_record_header(r: &[u8], payload_len: u32) -> RecordHeader {
         time_ns: u64_at(r, 16) as i64,
         rows: u32_at(r, 24),
         kind: r[28],
+        epoch: epoch_of(r),
     }
+}
+
+/// The epoch in a record header (`r` holds at least 32 bytes).
+pub fn epoch_of(r: &[u8]) -> u32 {
+    u32::from_le_bytes([r[29], r[30], r[31], 0])
 }
 
 /// CRC32C of a record given its 32-byte header and its payload, to check a
@@ -273,8 +296,7 @@ pub fn record_crc_ok(header: &[u8; RECORD_HEADER_BYTES as usize], payload: &[u8]
 /// Looks for a plausible valid record at any byte offset in `from..` whose
 /// sequence number is `min_seq` or above. This is what tells corruption
 /// (valid records after the bad spot) from a torn tail (nothing valid after
-/// it). Cheap filters come first: the length must fit, the reserved bytes be
-/// zero, and the seq lie in the range the remaining bytes could hold (every
+/// it). Cheap filters come first: the length must fit and the seq lie in the range the remaining bytes could hold (every
 /// record is at least 32 bytes), so the CRC is computed rarely.
 pub fn find_valid_record(buf: &[u8], from: usize, min_seq: u64) -> Option<(usize, RecordHeader)> {
     let hdr = RECORD_HEADER_BYTES as usize;
@@ -284,9 +306,6 @@ pub fn find_valid_record(buf: &[u8], from: usize, min_seq: u64) -> Option<(usize
     let max_seq = min_seq.saturating_add((buf.len().saturating_sub(from) / hdr) as u64 + 1);
     for off in from..=buf.len() - hdr {
         let r = &buf[off..];
-        if r[29..32] != [0, 0, 0] {
-            continue;
-        }
         let seq = u64_at(r, 8);
         if seq < min_seq || seq > max_seq || seq == 0 {
             continue;
@@ -348,9 +367,25 @@ mod tests {
         );
         assert_eq!(decode_header(&b[..10], 7), Err(HeaderProblem::Short(10)));
         assert_eq!(decode_header(&[0u8; 32], 7), Err(HeaderProblem::Zeroed));
-        let mut v2 = b;
-        v2[8] = 2;
-        assert_eq!(decode_header(&v2, 7), Err(HeaderProblem::Version(2)));
+        let mut v1 = b;
+        v1[8] = 1;
+        assert_eq!(decode_header(&v1, 7), Ok(h));
+        let mut v3 = b;
+        v3[8] = 3;
+        assert_eq!(decode_header(&v3, 7), Err(HeaderProblem::Version(3)));
+    }
+
+    #[test]
+    fn the_epoch_is_three_bytes_under_the_crc() {
+        let mut buf = Vec::new();
+        encode_record_in(&mut buf, EPOCH_MAX, 9, 3, 1, 0, b"x");
+        match check_record(&buf, 0) {
+            RecordCheck::Ok(h) => assert_eq!(h.epoch, EPOCH_MAX),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(&buf[29..32], &[0xff, 0xff, 0xff]);
+        buf[29] ^= 1;
+        assert!(matches!(check_record(&buf, 0), RecordCheck::BadCrc { .. }));
     }
 
     #[test]

@@ -14,9 +14,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::epochs::EpochHistory;
 use crate::error::JournalError;
 use crate::format::{
-    check_record, encode_record, segment_file_name, RecordCheck, SegmentHeader, DAY_NS,
+    check_record, encode_record_in, segment_file_name, RecordCheck, SegmentHeader, DAY_NS,
     RECORD_HEADER_BYTES, RECORD_PAYLOAD_BYTES_MAX, SEGMENT_BYTES_MAX_DEFAULT, SEGMENT_HEADER_BYTES,
 };
 use crate::recovery::{recover, write_all_at, RecoveryReport};
@@ -142,6 +143,9 @@ pub struct Journal {
     dirty: bool,
     last_sync: Instant,
     poisoned: Option<String>,
+    /// Which epoch wrote which records (the file `EPOCHS`), and the epoch
+    /// new records are written in (the newest one).
+    epochs: EpochHistory,
 }
 
 impl std::fmt::Debug for Journal {
@@ -239,6 +243,13 @@ impl Journal {
             }
         }
         report.last_seq = last_seq;
+        let mut epochs = EpochHistory::read(&*storage, dir)?;
+        if epochs.fit_to(last_seq) {
+            // An epoch began (promotion) but its first record did not
+            // survive the crash: it starts at the next record instead.
+            epochs.write(&*storage, dir)?;
+            tracing::warn!(dir = %dir.display(), "epoch history fitted to a journal ending at seq {last_seq}: {epochs}");
+        }
         let journal = Journal {
             storage,
             dir: dir.to_path_buf(),
@@ -256,8 +267,9 @@ impl Journal {
             dirty: false,
             last_sync: Instant::now(),
             poisoned: None,
+            epochs,
         };
-        tracing::info!(dir = %journal.dir.display(), last_seq, "journal open");
+        tracing::info!(dir = %journal.dir.display(), last_seq, epoch = journal.epoch(), "journal open");
         Ok((journal, report))
     }
 
@@ -265,6 +277,50 @@ impl Journal {
     /// Sequence numbers start at 1.
     pub fn last_seq(&self) -> u64 {
         self.last_seq
+    }
+
+    /// The epoch new records are written in (0 until one is begun).
+    pub fn epoch(&self) -> u32 {
+        self.epochs.last_epoch()
+    }
+
+    /// Which epoch wrote which records.
+    pub fn epoch_history(&self) -> &EpochHistory {
+        &self.epochs
+    }
+
+    /// Begins `epoch` (a promotion): the records appended from now on carry
+    /// it. The epoch must be above every epoch this journal has seen (else
+    /// `BadInput`, changing nothing). Buffered records are written first and
+    /// the segment is rolled (when it holds records), so that an epoch's
+    /// records start in a segment of their own, then the history entry
+    /// (`epoch`, `last_seq() + 1`) is made durable. Returns AFTER the
+    /// history's fsync, whatever the fsync policy.
+    pub fn begin_epoch(&mut self, epoch: u32) -> Result<()> {
+        self.check_poisoned()?;
+        if epoch <= self.epoch() || epoch > crate::format::EPOCH_MAX {
+            return Err(JournalError::BadInput(format!(
+                "epoch {epoch} cannot begin: this journal is at epoch {} (an epoch must grow, up to {})",
+                self.epoch(),
+                crate::format::EPOCH_MAX
+            )));
+        }
+        self.roll_segment()?;
+        let mut next = self.epochs.clone();
+        next.push(epoch, self.last_seq + 1)
+            .map_err(JournalError::BadInput)?;
+        if let Err(e) = next.write(&*self.storage, &self.dir) {
+            return Err(self.poison(e));
+        }
+        self.epochs = next;
+        Ok(())
+    }
+
+    /// Switches between rolling segments by size and day (a primary) and
+    /// rolling only where told (a standby, which rolls where its primary
+    /// did). Promotion and demotion switch it.
+    pub fn set_roll_policy(&mut self, roll: RollPolicy) {
+        self.opts.roll = roll;
     }
 
     /// The highest sequence number written to the OS by `commit`.
@@ -314,8 +370,9 @@ impl Journal {
             )));
         }
         let rec_len = RECORD_HEADER_BYTES as usize + payload.len();
+        let epoch = self.epoch();
         self.buffer_record(rec_len, |out, seq| {
-            encode_record(out, seq, kind, rows, time_ns, payload)
+            encode_record_in(out, epoch, seq, kind, rows, time_ns, payload)
         })
     }
 
@@ -358,6 +415,24 @@ impl Journal {
                 expected,
                 found: h.seq,
             });
+        }
+        let mine = self.epoch();
+        if h.epoch < mine {
+            return Err(JournalError::BadInput(format!(
+                "shipped record seq {} refused: it was written in epoch {}, and this journal is at epoch {mine}, a newer one",
+                h.seq, h.epoch
+            )));
+        }
+        if h.epoch > mine {
+            // The history is written before the record, so it is never
+            // behind the records on disk.
+            self.write_pending()?;
+            let mut next = self.epochs.clone();
+            next.push(h.epoch, h.seq).map_err(JournalError::BadInput)?;
+            if let Err(e) = next.write(&*self.storage, &self.dir) {
+                return Err(self.poison(e));
+            }
+            self.epochs = next;
         }
         self.buffer_record(record.len(), |out, _| out.extend_from_slice(record))
     }

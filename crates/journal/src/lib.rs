@@ -34,6 +34,8 @@
 //! [`FaultyStorage`] to inject faults.
 
 mod compare;
+mod cut;
+pub mod epochs;
 pub mod error;
 pub mod format;
 mod journal;
@@ -48,6 +50,8 @@ mod trim;
 pub use compare::{
     compare, CompareReport, Coverage, DiffKind, Difference, FieldDiff, JournalSide, Location, Which,
 };
+pub use cut::{cut_after, CutReport};
+pub use epochs::{EpochHistory, EpochStart};
 pub use error::JournalError;
 pub use format::{SegmentHeader, RECORD_PAYLOAD_BYTES_MAX, SEGMENT_BYTES_MAX_DEFAULT};
 pub use journal::{

@@ -20,6 +20,8 @@ pub struct Record {
     pub kind: u8,
     pub rows: u32,
     pub time_ns: i64,
+    /// The epoch it was written in.
+    pub epoch: u32,
     pub payload: Vec<u8>,
 }
 
@@ -65,6 +67,7 @@ impl JournalReader {
             kind: m.header.kind,
             rows: m.header.rows,
             time_ns: m.header.time_ns,
+            epoch: m.header.epoch,
             payload,
         }))
     }

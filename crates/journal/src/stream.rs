@@ -220,7 +220,7 @@ impl RecordStream {
                     "incomplete record payload ({got} of {len} bytes)"
                 )));
             }
-            if hdr[29..32] != [0, 0, 0] || !record_crc_ok(&hdr, &out[payload_start..]) {
+            if !record_crc_ok(&hdr, &out[payload_start..]) {
                 out.truncate(start);
                 return Err(corrupt(format!(
                     "record seq {} fails its CRC32C check",

@@ -72,15 +72,16 @@ fn append_raw_refuses_bad_input_and_changes_nothing() {
     let good = record(2, b"two");
     let mut bad_crc = good.clone();
     bad_crc[33] ^= 1;
-    let mut reserved = good.clone();
-    reserved[30] = 1;
+    // The epoch bytes are under the CRC.
+    let mut epoch_flipped = good.clone();
+    epoch_flipped[30] = 1;
     let mut too_long = good.clone();
     too_long[0..4].copy_from_slice(&u32::MAX.to_le_bytes());
     let mut trailing = good.clone();
     trailing.push(0);
     for (what, bytes, needle) in [
         ("crc", &bad_crc[..], "CRC32C mismatch"),
-        ("reserved", &reserved[..], "reserved"),
+        ("epoch flipped", &epoch_flipped[..], "CRC32C mismatch"),
         ("too long", &too_long[..], "above the bound"),
         ("short", &good[..good.len() - 1], "incomplete"),
         ("header only", &good[..20], "incomplete"),
@@ -442,4 +443,37 @@ fn follower_is_byte_identical_to_its_primary() {
             fs.len()
         );
     }
+}
+
+#[test]
+fn shipped_epochs_are_recorded_and_older_ones_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (mut j, _) = Journal::open(dir, JournalOptions::default()).unwrap();
+    let rec = |epoch: u32, seq: u64| {
+        let mut v = Vec::new();
+        tickdb_journal::format::encode_record_in(&mut v, epoch, seq, 1, 2, 3, b"p");
+        v
+    };
+    j.append_raw(&rec(0, 1)).unwrap();
+    j.append_raw(&rec(2, 2)).unwrap();
+    j.append_raw(&rec(2, 3)).unwrap();
+    let e = j.append_raw(&rec(1, 4)).unwrap_err().to_string();
+    assert!(e.contains("epoch 1") && e.contains("epoch 2"), "{e}");
+    j.append_raw(&rec(5, 4)).unwrap();
+    j.commit().unwrap();
+    assert_eq!(j.epoch(), 5);
+    drop(j);
+    // The history survives a restart, and every record reads back with its epoch.
+    let (j, _) = Journal::open(dir, JournalOptions::default()).unwrap();
+    assert_eq!(
+        j.epoch_history().to_string(),
+        "[epoch 2 from seq 2, epoch 5 from seq 4]"
+    );
+    drop(j);
+    let epochs: Vec<u32> = tickdb_journal::JournalReader::open(dir, 1, 4)
+        .unwrap()
+        .map(|r| r.unwrap().epoch)
+        .collect();
+    assert_eq!(epochs, vec![0, 2, 2, 5]);
 }

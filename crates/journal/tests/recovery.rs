@@ -316,12 +316,12 @@ fn newer_format_version_is_never_repaired() {
     write_records(dir, JournalOptions::default(), 3, 3, 0);
     let seg = segments(dir).pop().unwrap();
     let mut b = std::fs::read(&seg).unwrap();
-    b[8] = 2;
+    b[8] = 3;
     set_file(&seg, &b);
     for o in [JournalOptions::default(), pit()] {
         let err = Journal::open(dir, o).unwrap_err();
         assert!(
-            matches!(err, JournalError::UnsupportedVersion { version: 2, .. }),
+            matches!(err, JournalError::UnsupportedVersion { version: 3, .. }),
             "{err}"
         );
     }
@@ -529,10 +529,12 @@ fn checked_in_v1_fixtures() {
             kind: 1,
             rows: seq as u32 * 10,
             time_ns: 1_583_712_000_000_000_000 + seq as i64,
+            epoch: 0,
             payload: format!("payload {seq}").into_bytes(),
         })
         .collect();
-    // Clean: reads back, and this build writes the same bytes.
+    // Clean: reads back, and this build writes the same bytes but for the
+    // version (2 now: epoch 0 records are byte for byte as in version 1).
     let v1 = fixtures.join("v1");
     assert!(verify(&v1).unwrap().is_clean());
     assert_eq!(read_all(&v1), want);
@@ -545,6 +547,8 @@ fn checked_in_v1_fixtures() {
     for r in &want {
         encode_record(&mut bytes, r.seq, r.kind, r.rows, r.time_ns, &r.payload);
     }
+    assert_eq!(bytes[8..12], 2u32.to_le_bytes());
+    bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
     assert_eq!(
         bytes,
         std::fs::read(v1.join("journal-00000000000000000001.log")).unwrap()

@@ -48,6 +48,7 @@ pub fn expected(seq: u64, salt: u64) -> Record {
         kind: (seq % 5) as u8,
         rows: (seq % 13) as u32 + 1,
         time_ns: 1_700_000_000_000_000_000 + seq as i64 * 1000,
+        epoch: 0,
         payload: payload(seq, salt),
     }
 }
