@@ -68,6 +68,7 @@ fn subscriber(
             from_seq: 1,
             tables: vec!["trade".into()],
             symbols: vec![],
+            epoch: None,
         },
         &mut out,
     );

@@ -439,6 +439,7 @@ fn deaf_subscriber(port: u16) -> Option<TcpStream> {
             from_seq: 1,
             tables: vec![],
             symbols: vec![],
+            epoch: None,
         },
         &mut out,
     );

@@ -3,6 +3,7 @@
 //! with the right socket options, and the tp subscription wire protocol
 //! (`proto`) that rdbs, the aggregation engine and other subscribers speak.
 
+pub mod follow;
 pub mod proto;
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};

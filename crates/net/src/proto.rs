@@ -47,11 +47,25 @@
 //!         table_count × str16   table names
 //!         u32    symbol_count   0 = all symbols
 //!         symbol_count × str16  symbols
+//!         [u32   epoch]         optional: the epoch of the subscriber's
+//!                               record from_seq - 1 (EPOCH_UNKNOWN,
+//!                               0xFFFFFFFF: not known, not checked). A
+//!                               subscriber that
+//!                               sends it is epoch-aware: the tp refuses it
+//!                               when its own record there is of another
+//!                               epoch (the subscriber holds records the tp
+//!                               never had: it must reload), and sends it
+//!                               the optional SubscribeOk fields and Epoch
+//!                               messages.
 //!
 //! type 2  SubscribeOk    tp -> client
 //!         u64    current_seq    the tp's sequence S when the subscription
 //!                               was registered
 //!         str32  schema_toml    the tp's schema, as a TOML schema file
+//!         [u32   epoch          to epoch-aware subscribers only: the tp's
+//!          u8    role           epoch, its role (0 primary, 1 standby,
+//!          str16 primary]       2 fenced) and the primary it knows (empty
+//!                               when none)
 //!
 //! type 3  Update         tp -> client
 //!         u64    seq            the update's journal sequence
@@ -73,9 +87,14 @@
 //!         u64    seq            the update's journal sequence (0 on error)
 //!         u8     status         0 = ok, 1 = error
 //!         rest   error          UTF-8 reason when status = 1; empty when 0
+//!
+//! type 8  Epoch          tp -> epoch-aware client
+//!         u32    epoch          the updates from first_seq on were written
+//!         u64    first_seq      in this epoch (sent before the first update
+//!                               of each epoch the subscriber receives)
 //! ```
 //!
-//! Type bytes 0 and 8..=255 are unassigned; a decoder rejects them.
+//! Type bytes 0 and 9..=255 are unassigned; a decoder rejects them.
 
 use crate::NetError;
 use bytes::Bytes;
@@ -97,6 +116,25 @@ pub const TYPE_ERROR: u8 = 4;
 pub const TYPE_HEARTBEAT: u8 = 5;
 pub const TYPE_WRITE: u8 = 6;
 pub const TYPE_WRITE_ACK: u8 = 7;
+pub const TYPE_EPOCH: u8 = 8;
+
+/// What an epoch-aware subscriber learns of the tp it reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TpRole {
+    pub epoch: u32,
+    /// 0 primary, 1 standby, 2 fenced.
+    pub role: u8,
+    /// The primary's address as the tp knows it (empty when none).
+    pub primary: String,
+}
+
+/// A Subscribe epoch that asks for no check (a subscriber that does not
+/// know the epoch of its last record, e.g. restored from a checkpoint).
+pub const EPOCH_UNKNOWN: u32 = u32::MAX;
+
+pub const ROLE_PRIMARY: u8 = 0;
+pub const ROLE_STANDBY: u8 = 1;
+pub const ROLE_FENCED: u8 = 2;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Message {
@@ -105,12 +143,20 @@ pub enum Message {
         from_seq: u64,
         tables: Vec<String>,
         symbols: Vec<String>,
+        /// The epoch of the subscriber's record `from_seq - 1` (Some: the
+        /// subscriber is epoch-aware).
+        epoch: Option<u32>,
     },
-    /// Tp -> client: the tp's sequence S at registration, and its schema.
+    /// Tp -> client: the tp's sequence S at registration, and its schema;
+    /// to an epoch-aware subscriber also its epoch and role.
     SubscribeOk {
         current_seq: u64,
         schema_toml: String,
+        role: Option<TpRole>,
     },
+    /// Tp -> epoch-aware client: the updates from `first_seq` on were
+    /// written in `epoch`.
+    Epoch { epoch: u32, first_seq: u64 },
     /// Tp -> client: one journaled update (tickdb-core codec encoding).
     Update { seq: u64, payload: Bytes },
     /// Tp -> client: the reason the tp is closing the connection.
@@ -137,6 +183,7 @@ impl Message {
             Message::Heartbeat { .. } => TYPE_HEARTBEAT,
             Message::Write { .. } => TYPE_WRITE,
             Message::WriteAck { .. } => TYPE_WRITE_ACK,
+            Message::Epoch { .. } => TYPE_EPOCH,
         }
     }
 
@@ -145,9 +192,17 @@ impl Message {
         let list = |v: &[String]| 4 + v.iter().map(|s| 2 + s.len()).sum::<usize>();
         match self {
             Message::Subscribe {
-                tables, symbols, ..
-            } => 8 + list(tables) + list(symbols),
-            Message::SubscribeOk { schema_toml, .. } => 8 + 4 + schema_toml.len(),
+                tables,
+                symbols,
+                epoch,
+                ..
+            } => 8 + list(tables) + list(symbols) + if epoch.is_some() { 4 } else { 0 },
+            Message::SubscribeOk {
+                schema_toml, role, ..
+            } => {
+                8 + 4 + schema_toml.len() + role.as_ref().map_or(0, |r| 4 + 1 + 2 + r.primary.len())
+            }
+            Message::Epoch { .. } => 12,
             Message::Update { payload, .. } => 8 + payload.len(),
             Message::Error { message } => message.len(),
             Message::Heartbeat { .. } => 8,
@@ -165,6 +220,13 @@ impl Message {
                 "{} message body of {len} bytes exceeds FRAME_BYTES_MAX ({FRAME_BYTES_MAX})",
                 self.name()
             )));
+        }
+        if let Message::SubscribeOk { role: Some(r), .. } = self {
+            if r.primary.len() > u16::MAX as usize {
+                return Err(NetError::Protocol(
+                    "SubscribeOk: primary address too long".into(),
+                ));
+            }
         }
         if let Message::Subscribe {
             tables, symbols, ..
@@ -194,6 +256,7 @@ impl Message {
             Message::Heartbeat { .. } => "Heartbeat",
             Message::Write { .. } => "Write",
             Message::WriteAck { .. } => "WriteAck",
+            Message::Epoch { .. } => "Epoch",
         }
     }
 }
@@ -226,20 +289,34 @@ fn encode_fixed_part(m: &Message, out: &mut Vec<u8>) {
             from_seq,
             tables,
             symbols,
+            epoch,
         } => {
             out.extend_from_slice(&from_seq.to_le_bytes());
             for list in [tables, symbols] {
                 out.extend_from_slice(&(list.len() as u32).to_le_bytes());
                 list.iter().for_each(|s| str16(out, s));
             }
+            if let Some(e) = epoch {
+                out.extend_from_slice(&e.to_le_bytes());
+            }
         }
         Message::SubscribeOk {
             current_seq,
             schema_toml,
+            role,
         } => {
             out.extend_from_slice(&current_seq.to_le_bytes());
             out.extend_from_slice(&(schema_toml.len() as u32).to_le_bytes());
             out.extend_from_slice(schema_toml.as_bytes());
+            if let Some(r) = role {
+                out.extend_from_slice(&r.epoch.to_le_bytes());
+                out.push(r.role);
+                str16(out, &r.primary);
+            }
+        }
+        Message::Epoch { epoch, first_seq } => {
+            out.extend_from_slice(&epoch.to_le_bytes());
+            out.extend_from_slice(&first_seq.to_le_bytes());
         }
         Message::Update { seq, .. } => out.extend_from_slice(&seq.to_le_bytes()),
         Message::Error { message } => out.extend_from_slice(message.as_bytes()),
@@ -371,7 +448,7 @@ pub fn decode_frame(buf: &[u8]) -> Result<Option<(Message, usize)>, NetError> {
 fn parse_header(head: &[u8; FRAME_HEADER_BYTES]) -> Result<(usize, u8), NetError> {
     let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
     let ty = head[4];
-    if !(TYPE_SUBSCRIBE..=TYPE_WRITE_ACK).contains(&ty) {
+    if !(TYPE_SUBSCRIBE..=TYPE_EPOCH).contains(&ty) {
         return Err(NetError::Protocol(format!(
             "unknown message type {ty} (is the peer a tickdb tp or subscriber?)"
         )));
@@ -394,6 +471,7 @@ fn type_name(ty: u8) -> &'static str {
         TYPE_HEARTBEAT => "Heartbeat",
         TYPE_WRITE => "Write",
         TYPE_WRITE_ACK => "WriteAck",
+        TYPE_EPOCH => "Epoch",
         _ => "unknown",
     }
 }
@@ -411,21 +489,44 @@ pub fn decode_body(ty: u8, body: Bytes) -> Result<Message, NetError> {
             let from_seq = r.u64()?;
             let tables = r.str16_list()?;
             let symbols = r.str16_list()?;
+            let epoch = if r.remaining() > 0 {
+                Some(r.u32()?)
+            } else {
+                None
+            };
             Message::Subscribe {
                 from_seq,
                 tables,
                 symbols,
+                epoch,
             }
         }
         TYPE_SUBSCRIBE_OK => {
             let current_seq = r.u64()?;
             let n = r.u32()? as usize;
             let schema_toml = r.string(n)?;
+            let role = if r.remaining() > 0 {
+                let epoch = r.u32()?;
+                let role = r.u8()?;
+                let n = r.u16()? as usize;
+                Some(TpRole {
+                    epoch,
+                    role,
+                    primary: r.string(n)?,
+                })
+            } else {
+                None
+            };
             Message::SubscribeOk {
                 current_seq,
                 schema_toml,
+                role,
             }
         }
+        TYPE_EPOCH => Message::Epoch {
+            epoch: r.u32()?,
+            first_seq: r.u64()?,
+        },
         TYPE_UPDATE => {
             let seq = r.u64()?;
             // The payload shares the body's buffer: no copy.
@@ -572,15 +673,31 @@ mod tests {
                 from_seq: 7,
                 tables: vec!["trade".into(), "quote".into()],
                 symbols: vec!["AAPL".into(), "".into(), "ünï".into()],
+                epoch: None,
             },
             Message::Subscribe {
                 from_seq: 0,
                 tables: vec![],
                 symbols: vec![],
+                epoch: Some(7),
             },
             Message::SubscribeOk {
                 current_seq: u64::MAX,
                 schema_toml: "[[table]]\nname = \"t\"\n".into(),
+                role: None,
+            },
+            Message::SubscribeOk {
+                current_seq: 3,
+                schema_toml: String::new(),
+                role: Some(TpRole {
+                    epoch: 4,
+                    role: ROLE_STANDBY,
+                    primary: "10.0.0.1:8711".into(),
+                }),
+            },
+            Message::Epoch {
+                epoch: 9,
+                first_seq: 1234,
             },
             Message::Update {
                 seq: 42,
@@ -630,6 +747,7 @@ mod tests {
                 from_seq: 1,
                 tables: vec!["t".into()],
                 symbols: vec![],
+                epoch: None,
             },
             &mut out,
         );
@@ -825,7 +943,7 @@ mod tests {
             tables in proptest::collection::vec(".{0,12}", 0..5),
             symbols in proptest::collection::vec(".{0,12}", 0..5),
         ) {
-            let m = Message::Subscribe { from_seq, tables, symbols };
+            let m = Message::Subscribe { from_seq, tables, symbols, epoch: None };
             let mut out = Vec::new();
             encode_message(&m, &mut out);
             let (got, used) = decode_frame(&out).unwrap().unwrap();

@@ -14,6 +14,11 @@ pub enum RdbError {
     Link { addr: String, reason: String },
     #[error("schema from tp: {0}")]
     Schema(String),
+    /// The tp holds another history than this rdb applied (a failover in
+    /// async mode promoted a standby that never had this rdb's last
+    /// records): following on would give a gap or a duplicate.
+    #[error("{0}")]
+    Diverged(String),
     /// The Hot Restart store cannot be restored (corrupt or inconsistent
     /// records, I/O): the rdb does not start on a partial state.
     #[error("hot restart: {0}")]

@@ -8,7 +8,7 @@ use crate::error::RdbError;
 use crate::rdb::Rdb;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tickdb_net::proto::{read_message, write_message, Message};
+use tickdb_net::proto::{read_message, Message};
 use tokio::io::BufReader;
 use tokio::net::TcpStream;
 
@@ -32,49 +32,83 @@ pub struct Interest {
     pub symbols: Vec<String>,
 }
 
-/// Connects and subscribes from `from_seq`.
-pub async fn link(addr: &str, from_seq: u64, interest: &Interest) -> Result<TpLink, RdbError> {
-    let err = |reason: String| RdbError::Link {
-        addr: addr.to_string(),
-        reason,
-    };
-    let sock = TcpStream::connect(addr)
-        .await
-        .map_err(|e| err(e.to_string()))?;
-    let _ = sock.set_nodelay(true);
-    let mut stream = BufReader::with_capacity(1 << 20, sock);
-    write_message(
-        stream.get_mut(),
-        &Message::Subscribe {
-            from_seq,
-            tables: interest.tables.clone(),
-            symbols: interest.symbols.clone(),
-        },
+/// The epoch of the last record applied, as the tp's Epoch messages tell
+/// it: sent when re-subscribing, so a tp that never had that record (a
+/// new primary promoted before it reached its standby) refuses instead of
+/// handing a gap or a duplicate.
+#[derive(Debug)]
+pub struct EpochTrack {
+    applied: std::sync::atomic::AtomicU32,
+    /// (epoch, first seq) announced and not yet reached.
+    pending: parking_lot::Mutex<Option<(u32, u64)>>,
+}
+
+impl Default for EpochTrack {
+    /// Not known until the tp says (a rdb restored from a checkpoint).
+    fn default() -> Self {
+        EpochTrack {
+            applied: std::sync::atomic::AtomicU32::new(tickdb_net::proto::EPOCH_UNKNOWN),
+            pending: parking_lot::Mutex::new(None),
+        }
+    }
+}
+
+impl EpochTrack {
+    pub fn applied_epoch(&self) -> u32 {
+        self.applied.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn announce(&self, epoch: u32, first_seq: u64) {
+        *self.pending.lock() = Some((epoch, first_seq));
+    }
+
+    fn applied_seq(&self, seq: u64) {
+        let mut p = self.pending.lock();
+        if let Some((epoch, first)) = *p {
+            if seq >= first {
+                self.applied
+                    .store(epoch, std::sync::atomic::Ordering::Relaxed);
+                *p = None;
+            }
+        }
+    }
+}
+
+/// Connects to the primary among `addrs` (a comma-separated list; a
+/// standby when no address is the primary) and subscribes from
+/// `from_seq`, the record before it held from `epoch`.
+pub async fn link(
+    addrs: &str,
+    from_seq: u64,
+    epoch: u32,
+    interest: &Interest,
+) -> Result<TpLink, RdbError> {
+    match tickdb_net::follow::subscribe_any(
+        addrs,
+        from_seq,
+        &interest.tables,
+        &interest.symbols,
+        epoch,
     )
     .await
-    .map_err(|e| err(e.to_string()))?;
-    match read_message(&mut stream)
-        .await
-        .map_err(|e| err(e.to_string()))?
     {
-        Some(Message::SubscribeOk {
-            current_seq,
-            schema_toml,
-        }) => Ok(TpLink {
-            addr: addr.to_string(),
-            current_seq,
-            schema_toml,
+        Ok(s) => Ok(TpLink {
+            addr: s.addr,
+            current_seq: s.current_seq,
+            schema_toml: s.schema_toml,
             from_seq,
-            stream,
+            stream: s.stream,
         }),
-        Some(Message::Error { message }) => Err(err(message)),
-        Some(other) => Err(err(format!("expected SubscribeOk, got {other:?}"))),
-        None => Err(err("closed the connection".into())),
+        Err(e) if e.fatal => Err(RdbError::Diverged(e.reason)),
+        Err(e) => Err(RdbError::Link {
+            addr: addrs.to_string(),
+            reason: e.reason,
+        }),
     }
 }
 
 /// Applies everything a link delivers until it breaks.
-async fn drain(rdb: &Rdb, mut l: TpLink) -> Result<(), RdbError> {
+async fn drain(rdb: &Rdb, mut l: TpLink, epochs: &EpochTrack) -> Result<(), RdbError> {
     let err = |reason: String| RdbError::Link {
         addr: l.addr.clone(),
         reason,
@@ -96,8 +130,10 @@ async fn drain(rdb: &Rdb, mut l: TpLink) -> Result<(), RdbError> {
             .await
             .map_err(|e| err(e.to_string()))?;
         match msg {
+            Some(Message::Epoch { epoch, first_seq }) => epochs.announce(epoch, first_seq),
             Some(Message::Update { seq, payload }) => {
                 rdb.apply_payload(seq, &payload)?;
+                epochs.applied_seq(seq);
                 if !replay_done {
                     if seq >= l.current_seq {
                         replay_done = true;
@@ -128,18 +164,31 @@ pub async fn follow(
     addr: String,
     interest: Interest,
     first: Option<TpLink>,
+    epochs: Arc<EpochTrack>,
 ) -> RdbError {
     let mut next = first;
     let mut delay = RECONNECT_DELAY_MS_MIN;
     loop {
         let l = match next.take() {
             Some(l) => l,
-            None => match link(&addr, rdb.applied_seq() + 1, &interest).await {
+            None => match link(
+                &addr,
+                rdb.applied_seq() + 1,
+                epochs.applied_epoch(),
+                &interest,
+            )
+            .await
+            {
                 Ok(l) => {
-                    tracing::info!("subscribed to tp {addr} from seq {}", rdb.applied_seq() + 1);
+                    tracing::info!(
+                        "subscribed to tp {} from seq {}",
+                        l.addr,
+                        rdb.applied_seq() + 1
+                    );
                     delay = RECONNECT_DELAY_MS_MIN;
                     l
                 }
+                Err(e @ RdbError::Diverged(_)) => return e,
                 Err(e) => {
                     tracing::warn!("{e}; retrying in {delay} ms");
                     tokio::time::sleep(Duration::from_millis(delay)).await;
@@ -148,8 +197,10 @@ pub async fn follow(
                 }
             },
         };
-        match drain(&rdb, l).await {
-            Err(e @ RdbError::Apply { .. }) | Err(e @ RdbError::Corrupt { .. }) => return e,
+        match drain(&rdb, l, &epochs).await {
+            Err(e @ RdbError::Apply { .. })
+            | Err(e @ RdbError::Corrupt { .. })
+            | Err(e @ RdbError::Diverged(_)) => return e,
             Err(e) => {
                 tracing::warn!("{e}; re-subscribing from seq {}", rdb.applied_seq() + 1);
             }

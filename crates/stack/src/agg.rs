@@ -18,7 +18,6 @@ use std::time::Duration;
 use tickdb_core::batch::{Batch, BatchBuilder, ColumnData, Value};
 use tickdb_core::schema::{ColumnType, Schema, TableDef, TableKind};
 use tickdb_net::proto::{read_message, write_message, Message};
-use tokio::io::BufReader;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
@@ -579,9 +578,19 @@ async fn final_publish(addr: &str, agg: &mut Aggregator) {
     }
     let batches = agg.take_changes(now_ns());
     let payload = tickdb_core::codec::encode_to_vec(&batches);
+    // The primary among the addresses takes it; a standby refuses.
     let r = tokio::time::timeout(FINAL_PUBLISH_TIMEOUT, async {
-        let mut s = connect(addr).await?;
-        write_one(&mut s, u64::MAX, payload).await
+        let mut last = Err(StackError::BadInput(format!("no tp address in '{addr}'")));
+        for a in tickdb_net::follow::addresses(addr) {
+            last = match connect(&a).await {
+                Ok(mut s) => write_one(&mut s, u64::MAX, payload.clone()).await,
+                Err(e) => Err(e),
+            };
+            if last.is_ok() {
+                break;
+            }
+        }
+        last
     })
     .await;
     match r {
@@ -642,54 +651,31 @@ async fn session_inner(
     next_seq: &mut u64,
     delay: &mut u64,
 ) -> Result<std::convert::Infallible> {
-    let sock = connect(&a.tp).await?;
-    let mut sub = BufReader::with_capacity(1 << 20, sock);
-    let proto = |e: tickdb_net::NetError| StackError::Protocol(format!("tp subscription: {e}"));
-    write_message(
-        sub.get_mut(),
-        &Message::Subscribe {
-            from_seq: *next_seq,
-            tables: vec!["trade".into(), "quote".into()],
-            symbols: vec![],
-        },
+    // The primary among --tp's addresses (a standby when none is).
+    let tables = vec!["trade".to_string(), "quote".to_string()];
+    let found = tickdb_net::follow::subscribe_any(
+        &a.tp,
+        *next_seq,
+        &tables,
+        &[],
+        tickdb_net::proto::EPOCH_UNKNOWN,
     )
     .await
-    .map_err(proto)?;
-    let (current_seq, schema) = match read_message(&mut sub).await.map_err(proto)? {
-        Some(Message::SubscribeOk {
-            current_seq,
-            schema_toml,
-        }) => {
-            let schema = Schema::parse(&schema_toml, &format!("schema from tp {}", a.tp))
-                .map_err(|e| StackError::Protocol(e.to_string()))?;
-            (current_seq, schema)
-        }
-        Some(Message::Error { message }) => {
-            return Err(StackError::BadInput(format!(
-                "the tp refused the subscription: {message}"
-            )))
-        }
-        Some(other) => {
-            return Err(StackError::Protocol(format!(
-                "expected SubscribeOk, got {}",
-                other.name()
-            )))
-        }
-        None => {
-            return Err(StackError::Protocol(
-                "the tp closed the subscription".into(),
-            ))
-        }
-    };
+    .map_err(|e| StackError::Protocol(format!("tp subscription: {e}")))?;
+    let tp_addr = found.addr.clone();
+    let current_seq = found.current_seq;
+    let schema = Schema::parse(&found.schema_toml, &format!("schema from tp {tp_addr}"))
+        .map_err(|e| StackError::Protocol(e.to_string()))?;
+    let mut sub = found.stream;
     match agg_slot {
         None => *agg_slot = Some(Aggregator::new(&schema, a.keep_minutes)?),
         Some(agg) => agg.mark_all_changed(),
     }
     let agg = agg_slot.as_mut().expect("set above");
-    let mut publisher = connect(&a.tp).await?;
+    let mut publisher = connect(&tp_addr).await?;
     tracing::info!(
         "agg: subscribed to trade and quote at tp {} from seq {} (tp at {current_seq}); publishing trade_1m, quote_1m, daily every {} ms",
-        a.tp,
+        tp_addr,
         next_seq,
         a.publish_ms
     );
@@ -755,7 +741,7 @@ async fn session_inner(
                         }
                         *next_seq = seq + 1;
                     }
-                    Message::Heartbeat { .. } => {}
+                    Message::Heartbeat { .. } | Message::Epoch { .. } => {}
                     Message::Error { message } => {
                         return Err(StackError::Server(format!("tp: {message}")));
                     }

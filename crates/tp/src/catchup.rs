@@ -34,6 +34,7 @@ pub const CATCHUP_READER_BYTES: usize = 1024 * 1024;
 /// A record ready for the socket, and the hold that counts it until sent.
 pub struct CatchupRecord {
     pub seq: u64,
+    pub epoch: u32,
     /// What the subscriber gets: the journal payload, or the encoding of
     /// the part its filter passes.
     pub payload: Bytes,
@@ -133,6 +134,7 @@ fn read(
         };
         let item = CatchupRecord {
             seq: rec.seq,
+            epoch: rec.epoch,
             payload,
             hold,
         };

@@ -28,6 +28,15 @@ pub enum TpError {
         "this node is a standby of {primary}: it accepts no writes; write to the primary {primary}"
     )]
     Standby { primary: String },
+    /// This node was the primary and has stopped taking writes: it can no
+    /// longer be sure it still is (its lease may expire, a newer epoch was
+    /// seen, a switchover is handing over). Nothing of the write is
+    /// acknowledged; it may be journaled here and cut when the node rejoins.
+    #[error("this node is fenced and accepts no writes ({reason}){}", match primary { Some(p) => format!("; the primary is {p}"), None => String::new() })]
+    Fenced {
+        reason: String,
+        primary: Option<String>,
+    },
     /// Semi-sync: the standbys did not report the update durable in time;
     /// it is journaled here but was not acknowledged.
     #[error("{0}")]

@@ -45,6 +45,8 @@ pub struct Update {
     pub rows: usize,
     /// When the tp journaled it (ns since the epoch), for latency metrics.
     pub time_ns: i64,
+    /// The epoch (term) of the primary that wrote it.
+    pub epoch: u32,
 }
 
 impl Update {
@@ -64,6 +66,7 @@ impl Update {
             payload: self.payload.clone(),
             rows: self.rows,
             time_ns: self.time_ns,
+            epoch: self.epoch,
         }
     }
 }
@@ -115,6 +118,7 @@ impl SubFilter {
             batches,
             payload,
             time_ns: u.time_ns,
+            epoch: u.epoch,
         })
     }
 
@@ -383,6 +387,7 @@ mod tests {
             payload: Bytes::from(vec![0; bytes]),
             rows: 0,
             time_ns: 0,
+            epoch: 0,
         })
     }
 
@@ -406,6 +411,7 @@ mod tests {
             payload,
             rows,
             time_ns: 0,
+            epoch: 0,
         })
     }
 

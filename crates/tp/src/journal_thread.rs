@@ -47,9 +47,18 @@ pub(crate) struct ReplicatedReq {
     pub reply: oneshot::Sender<Result<u64, TpError>>,
 }
 
+/// A change of epoch: the journal begins `epoch` (rolling its segment and
+/// recording the epoch durably) and rolls segments itself from now on, as
+/// a primary does.
+pub(crate) struct BeginEpochReq {
+    pub epoch: u32,
+    pub reply: oneshot::Sender<Result<u64, TpError>>,
+}
+
 pub(crate) enum Req {
     Write(WriteReq),
     Replicated(ReplicatedReq),
+    BeginEpoch(BeginEpochReq),
 }
 
 impl Req {
@@ -64,6 +73,7 @@ impl Req {
                     ReplicatedItem::SegmentStart { .. } => 0,
                 })
                 .sum(),
+            Req::BeginEpoch(_) => 0,
         }
     }
 
@@ -71,6 +81,7 @@ impl Req {
         let _ = match self {
             Req::Write(w) => w.reply.send(Err(e)),
             Req::Replicated(r) => r.reply.send(Err(e)),
+            Req::BeginEpoch(b) => b.reply.send(Err(e)),
         };
     }
 }
@@ -98,6 +109,8 @@ pub(crate) struct Counters {
     pub bytes: AtomicU64,
     pub commits: AtomicU64,
     pub poisoned: parking_lot::Mutex<Option<String>>,
+    /// The journal's epoch history, as of the last change.
+    pub epochs: parking_lot::Mutex<tickdb_journal::EpochHistory>,
 }
 
 /// Where the journal thread sends what it committed.
@@ -108,6 +121,8 @@ pub(crate) struct Outputs {
     pub committed: tokio::sync::watch::Sender<u64>,
     /// Semi-sync: committed writes wait here for the standbys.
     pub gate: Option<Arc<SyncGate>>,
+    /// Whether writes may be journaled and acknowledged.
+    pub role: Arc<crate::role::RoleCell>,
 }
 
 /// Appends one replicated request's items, or explains why not (nothing
@@ -167,6 +182,7 @@ fn append_replicated(
                         payload,
                         rows: head.rows as usize,
                         time_ns: head.time_ns,
+                        epoch: head.epoch,
                     });
                     last = seq;
                     at += len;
@@ -183,7 +199,9 @@ pub(crate) fn run(mut journal: Journal, rx: Receiver<Req>, out: Outputs) {
         counters,
         committed,
         gate,
+        role,
     } = out;
+    let mut epoch_seen = journal.epoch();
     let mut group: Vec<Appended> = Vec::new();
     let mut repl: Vec<ReplAppended> = Vec::new();
     loop {
@@ -215,8 +233,28 @@ pub(crate) fn run(mut journal: Journal, rx: Receiver<Req>, out: Outputs) {
             } else {
                 bytes += req.bytes();
                 match req {
+                    // Fenced (or demoted) since the request was queued:
+                    // nothing of it is journaled.
+                    Req::Write(req) if !role.accepting() => {
+                        let e = role.refusal().unwrap_or(TpError::Shutdown);
+                        let _ = req.reply.send(Err(e));
+                    }
+                    Req::BeginEpoch(b) => {
+                        let r = journal
+                            .commit()
+                            .and_then(|_| journal.begin_epoch(b.epoch))
+                            .map(|_| {
+                                journal.set_roll_policy(tickdb_journal::RollPolicy::Automatic);
+                                journal.last_seq()
+                            })
+                            .map_err(|e| TpError::Journal(e.to_string()));
+                        epoch_seen = journal.epoch();
+                        *counters.epochs.lock() = journal.epoch_history().clone();
+                        let _ = b.reply.send(r);
+                    }
                     Req::Write(req) => {
                         let t = now_ns();
+                        let epoch = journal.epoch();
                         match journal.append(RECORD_KIND_UPDATE, req.rows as u32, t, &req.payload) {
                             Ok(seq) => group.push(Appended {
                                 update: Update {
@@ -227,6 +265,7 @@ pub(crate) fn run(mut journal: Journal, rx: Receiver<Req>, out: Outputs) {
                                     payload: bytes::Bytes::from(req.payload),
                                     rows: req.rows,
                                     time_ns: t,
+                                    epoch,
                                 },
                                 reply: Some(req.reply),
                             }),
@@ -294,12 +333,21 @@ pub(crate) fn run(mut journal: Journal, rx: Receiver<Req>, out: Outputs) {
                         None => {
                             hub.publish(Arc::new(a.update));
                             if let Some(reply) = a.reply {
-                                let _ = reply.send(Ok(seq));
+                                // Fenced during the commit: journaled here,
+                                // never acknowledged.
+                                let _ = reply.send(match role.refusal() {
+                                    Some(e) => Err(e),
+                                    None => Ok(seq),
+                                });
                             }
                         }
                     }
                 }
                 committed.send_replace(counters.seq.load(Ordering::Relaxed));
+                if journal.epoch() != epoch_seen {
+                    epoch_seen = journal.epoch();
+                    *counters.epochs.lock() = journal.epoch_history().clone();
+                }
             }
             Err(e) => {
                 let reason = e.to_string();

@@ -26,6 +26,7 @@ pub mod hub;
 pub mod ilp_tcp;
 pub mod ingest;
 mod journal_thread;
+pub mod role;
 pub mod schema_binding;
 pub mod sub_memory;
 pub mod sub_queue;
@@ -36,6 +37,7 @@ pub mod tickerplant;
 pub use error::{OpenError, TpError};
 pub use hub::{Delivered, SubFilter, SubForm, SubQueue, Update};
 pub use journal_thread::ReplicatedItem;
+pub use role::Role;
 pub use tickerplant::{EncodedSubscription, Subscription, Tickerplant, TpConfig, TpStatus};
 
 /// Journal record kind of an update (tickdb-core codec payload).

@@ -116,9 +116,15 @@ async fn connection(sock: TcpStream, tp: &Arc<Tickerplant>, peer: &str) {
             from_seq,
             tables,
             symbols,
+            epoch,
         } => {
             if let Some(t) = tables.iter().find(|t| tp.schema().table(t).is_none()) {
                 let msg = format!("unknown table '{t}' in subscription");
+                tracing::warn!("subscriber {peer}: {msg}");
+                send_error(&mut wr, &msg).await;
+                return;
+            }
+            if let Some(msg) = epoch.and_then(|e| diverged(tp, from_seq, e)) {
                 tracing::warn!("subscriber {peer}: {msg}");
                 send_error(&mut wr, &msg).await;
                 return;
@@ -127,7 +133,7 @@ async fn connection(sock: TcpStream, tp: &Arc<Tickerplant>, peer: &str) {
                 tables: tables.into_iter().collect(),
                 symbols: symbols.into_iter().collect(),
             };
-            match subscriber(rd, wr, tp, peer, filter, from_seq).await {
+            match subscriber(rd, wr, tp, peer, filter, from_seq, epoch.is_some()).await {
                 Ok(()) => tracing::debug!("subscriber {peer} closed"),
                 Err(stop) if stop.logged => tracing::debug!("subscriber {peer}: {}", stop.reason),
                 Err(stop) => tracing::warn!("subscriber {peer}: {}", stop.reason),
@@ -255,6 +261,7 @@ async fn subscriber(
     peer: &str,
     filter: SubFilter,
     from_seq: u64,
+    epoch_aware: bool,
 ) -> Result<(), Stop> {
     let sub = tp.subscribe_encoded(&format!("rdb@{peer}"), filter.clone(), from_seq);
     let queue = sub.queue.clone();
@@ -262,7 +269,7 @@ async fn subscriber(
     // tells when it goes away: also while its catch-up waits for memory,
     // when nothing is written to notice a broken socket by.
     let result = tokio::select! {
-        r = stream(&mut wr, tp, &queue, sub.current_seq, sub.catchup, filter) => r,
+        r = stream(&mut wr, tp, &queue, sub.current_seq, sub.catchup, filter, epoch_aware) => r,
         r = peer_gone(&mut rd) => r,
     };
     // Releases whatever is still held for it, also by the catch-up thread.
@@ -292,6 +299,7 @@ async fn stream(
     current_seq: u64,
     catchup: Option<(u64, u64)>,
     filter: SubFilter,
+    epoch_aware: bool,
 ) -> Result<(), Stop> {
     // The journal reader is opened, and its buffer counted, before
     // SubscribeOk: a journal that no longer holds from_seq is refused first,
@@ -311,6 +319,20 @@ async fn stream(
     let ok = Message::SubscribeOk {
         current_seq,
         schema_toml: tp.config().schema_toml.clone(),
+        role: epoch_aware.then(|| role_of(tp)),
+    };
+    // Epoch-aware subscribers are told where each epoch starts, before its
+    // first update they receive.
+    let mut epoch_sent: Option<u32> = None;
+    let mut epoch_mark = |epoch: u32, seq: u64| -> Option<Message> {
+        if !epoch_aware || epoch_sent == Some(epoch) {
+            return None;
+        }
+        epoch_sent = Some(epoch);
+        Some(Message::Epoch {
+            epoch,
+            first_seq: seq,
+        })
     };
     guarded(queue, async {
         write_message(wr, &ok).await?;
@@ -322,11 +344,18 @@ async fn stream(
         let mut records = catchup::start(c, queue.clone(), filter);
         while let Some(rec) = records.recv().await {
             let rec = rec.map_err(Stop::clean)?;
+            let mark = epoch_mark(rec.epoch, rec.seq);
             let m = Message::Update {
                 seq: rec.seq,
                 payload: rec.payload,
             };
-            guarded(queue, async { write_message(wr, &m).await }).await?;
+            guarded(queue, async {
+                if let Some(e) = &mark {
+                    write_message(wr, e).await?;
+                }
+                write_message(wr, &m).await
+            })
+            .await?;
             // Written (into the socket or the small buffer): released.
             drop(rec.hold);
         }
@@ -336,8 +365,13 @@ async fn stream(
     }
     loop {
         let updates = queue.next().await.map_err(Stop::closed)?;
+        let marks: Vec<Option<Message>> =
+            updates.iter().map(|u| epoch_mark(u.epoch, u.seq)).collect();
         guarded(queue, async {
-            for u in updates {
+            for (u, mark) in updates.into_iter().zip(marks) {
+                if let Some(e) = &mark {
+                    write_message(wr, e).await?;
+                }
                 let m = Message::Update {
                     seq: u.seq,
                     payload: u.payload.clone(),
@@ -386,4 +420,40 @@ async fn send_error(wr: &mut Writer, message: &str) {
         Ok::<(), tickdb_net::NetError>(())
     })
     .await;
+}
+
+/// What an epoch-aware subscriber is told of this tp.
+fn role_of(tp: &Tickerplant) -> tickdb_net::proto::TpRole {
+    use tickdb_net::proto::{TpRole, ROLE_FENCED, ROLE_PRIMARY, ROLE_STANDBY};
+    let (role, primary) = match tp.role() {
+        crate::role::Role::Primary => (ROLE_PRIMARY, String::new()),
+        crate::role::Role::Standby { primary } => (ROLE_STANDBY, primary),
+        crate::role::Role::Fenced { primary, .. } => (ROLE_FENCED, primary.unwrap_or_default()),
+    };
+    TpRole {
+        epoch: tp.epoch(),
+        role,
+        primary,
+    }
+}
+
+/// Why a subscriber resuming after its record `from_seq - 1`, which it has
+/// from `epoch`, cannot resume here: this tp wrote that record in another
+/// epoch, so the subscriber holds a record this tp never had (an async
+/// primary's last records that its standby had not received when it was
+/// promoted). None when it can resume.
+fn diverged(tp: &Tickerplant, from_seq: u64, epoch: u32) -> Option<String> {
+    if epoch == tickdb_net::proto::EPOCH_UNKNOWN {
+        return None;
+    }
+    let last = from_seq
+        .checked_sub(1)
+        .filter(|&s| s >= 1 && s <= tp.seq())?;
+    let mine = tp.epoch_history().epoch_at(last);
+    (mine != epoch).then(|| {
+        format!(
+            "diverged: the subscriber's record seq {last} was written in epoch {epoch}, this tp's in epoch {mine}; \
+             the subscriber holds records this tp never had and must reload (restart it without its Hot Restart store)"
+        )
+    })
 }

@@ -82,11 +82,23 @@ pub struct SyncGate {
     state: Mutex<State>,
     wake: Condvar,
     stop: AtomicBool,
+    /// The tp's role: an update released while the tp is fenced is refused.
+    role: Option<Arc<crate::role::RoleCell>>,
 }
 
 impl SyncGate {
     pub fn new(policy: SyncPolicy, hub: Arc<Hub>, released_seq: u64) -> Arc<SyncGate> {
+        Self::with_role(policy, hub, released_seq, None)
+    }
+
+    pub fn with_role(
+        policy: SyncPolicy,
+        hub: Arc<Hub>,
+        released_seq: u64,
+        role: Option<Arc<crate::role::RoleCell>>,
+    ) -> Arc<SyncGate> {
         Arc::new(SyncGate {
+            role,
             policy,
             hub,
             state: Mutex::new(State {
@@ -109,6 +121,12 @@ impl SyncGate {
         });
         drop(st);
         self.wake.notify_one();
+    }
+
+    /// A promoted standby starts gating at `seq` (its journal's end): what
+    /// came before arrived from its old primary, not through the gate.
+    pub fn start_at(&self, seq: u64) {
+        self.state.lock().released_seq = seq;
     }
 
     /// A standby's progress: everything up to `durable_seq` is fsynced there.
@@ -238,6 +256,11 @@ impl SyncGate {
                     self.hub.publish(p.update);
                 }
                 if let Some(reply) = p.reply {
+                    // Fenced while it waited: never acknowledged.
+                    let answer = match (answer, self.role.as_ref().and_then(|r| r.refusal())) {
+                        (Ok(_), Some(refused)) => Err(refused),
+                        (a, _) => a,
+                    };
                     let _ = reply.send(answer);
                 }
             }
@@ -264,6 +287,7 @@ mod tests {
             payload: bytes::Bytes::new(),
             rows: 0,
             time_ns: 0,
+            epoch: 0,
         })
     }
 

@@ -163,6 +163,8 @@ pub struct Tickerplant {
     stopping: Arc<std::sync::atomic::AtomicBool>,
     ilp_connections: ConnLimit,
     sub_connections: ConnLimit,
+    role: Arc<crate::role::RoleCell>,
+    fences: std::sync::atomic::AtomicU64,
 }
 
 impl Tickerplant {
@@ -247,14 +249,21 @@ impl Tickerplant {
         counters
             .synced_seq
             .store(journal.synced_seq(), Ordering::Relaxed);
+        *counters.epochs.lock() = journal.epoch_history().clone();
+        let role = Arc::new(crate::role::RoleCell::new(match &cfg.standby_of {
+            Some(primary) => crate::role::Role::Standby {
+                primary: primary.clone(),
+            },
+            None => crate::role::Role::Primary,
+        }));
         let (tx, rx) = crossbeam_channel::bounded(WRITE_QUEUE_REQUESTS_MAX);
         let (committed_tx, committed) = tokio::sync::watch::channel(last);
         let mut threads = Vec::new();
-        // A standby never gates: its writes come from its primary.
-        let gate = match (&cfg.sync, &cfg.standby_of) {
-            (Some(p), None) => Some(SyncGate::new(*p, hub.clone(), last)),
-            _ => None,
-        };
+        // A standby's records come from its primary and never pass the
+        // gate; it has one all the same, for the day it is promoted.
+        let gate = cfg
+            .sync
+            .map(|p| SyncGate::with_role(p, hub.clone(), last, Some(role.clone())));
         if let Some(g) = &gate {
             let g = g.clone();
             threads.push(
@@ -270,6 +279,7 @@ impl Tickerplant {
                 counters: counters.clone(),
                 committed: committed_tx,
                 gate: gate.clone(),
+                role: role.clone(),
             };
             threads.push(
                 std::thread::Builder::new()
@@ -307,6 +317,8 @@ impl Tickerplant {
         );
         Ok((
             Arc::new(Tickerplant {
+                role,
+                fences: Default::default(),
                 ilp_connections,
                 sub_connections,
                 cfg,
@@ -344,10 +356,8 @@ impl Tickerplant {
         &self,
         batches: Vec<Batch>,
     ) -> Result<oneshot::Receiver<Result<u64, TpError>>, TpError> {
-        if let Some(primary) = &self.cfg.standby_of {
-            return Err(TpError::Standby {
-                primary: primary.clone(),
-            });
+        if let Some(refused) = self.role.refusal() {
+            return Err(refused);
         }
         let rows = batches.iter().map(|b| b.rows).sum();
         let payload = tickdb_core::codec::encode_to_vec(&batches);
@@ -407,8 +417,74 @@ impl Tickerplant {
     }
 
     /// The primary this tp follows, on a standby.
-    pub fn standby_of(&self) -> Option<&str> {
-        self.cfg.standby_of.as_deref()
+    pub fn standby_of(&self) -> Option<String> {
+        match self.role.get() {
+            crate::role::Role::Standby { primary } => Some(primary),
+            _ => None,
+        }
+    }
+
+    /// Whether this tp takes writes (primary), follows (standby) or is
+    /// fenced.
+    pub fn role(&self) -> crate::role::Role {
+        self.role.get()
+    }
+
+    /// The epoch this tp's journal is at (records it writes carry it).
+    pub fn epoch(&self) -> u32 {
+        self.counters.epochs.lock().last_epoch()
+    }
+
+    /// Which epoch wrote which records of this tp's journal.
+    pub fn epoch_history(&self) -> tickdb_journal::EpochHistory {
+        self.counters.epochs.lock().clone()
+    }
+
+    /// Stops taking writes at once: requests not yet journaled are refused,
+    /// and no write is acknowledged from now on, also those journaled
+    /// already (they may be cut when this node rejoins as a standby).
+    pub fn fence(&self, reason: &str, primary: Option<String>) {
+        if self.role.accepting() {
+            self.fences.fetch_add(1, Ordering::Relaxed);
+        }
+        self.role.set(crate::role::Role::Fenced {
+            reason: reason.to_string(),
+            primary,
+        });
+    }
+
+    /// Times this tp stopped taking writes as a primary (fenced).
+    pub fn fences_total(&self) -> u64 {
+        self.fences.load(Ordering::Relaxed)
+    }
+
+    /// A fenced primary that learned it still holds its epoch (its lease
+    /// was renewed in time) takes writes again.
+    pub fn unfence(&self) {
+        if matches!(self.role.get(), crate::role::Role::Fenced { .. }) {
+            self.role.set(crate::role::Role::Primary);
+        }
+    }
+
+    /// Promotion: this standby (or fenced node) becomes the primary in
+    /// `epoch`. Everything it received is journaled before the epoch
+    /// begins (the caller has stopped its follower); the journal records
+    /// the epoch durably and rolls its segments itself from now on, and
+    /// then writes are taken. Returns the sequence the epoch starts after.
+    pub async fn promote(&self, epoch: u32) -> Result<u64, TpError> {
+        let (reply, rx) = oneshot::channel();
+        let tx = self.tx.lock().clone().ok_or(TpError::Shutdown)?;
+        tx.send(Req::BeginEpoch(journal_thread::BeginEpochReq {
+            epoch,
+            reply,
+        }))
+        .map_err(|_| TpError::Shutdown)?;
+        let last = rx.await.map_err(|_| TpError::Shutdown)??;
+        if let Some(g) = &self.gate {
+            g.start_at(last);
+        }
+        self.role.set(crate::role::Role::Primary);
+        Ok(last)
     }
 
     /// Journals an update that arrived already encoded (a subscriber

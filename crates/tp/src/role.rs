@@ -1,0 +1,85 @@
+//! Whether this tp takes writes: a primary does, in its epoch; a standby
+//! takes its primary's records only; a fenced primary takes nothing, because
+//! it can no longer be sure it is the primary (its lease is about to expire,
+//! a newer epoch was seen, or a switchover is handing over). Every write
+//! path asks here, and the journal thread asks again before it acknowledges,
+//! so no write is acknowledged after the fence goes up.
+
+use parking_lot::RwLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    Primary,
+    /// Follows the primary at this (replication) address.
+    Standby {
+        primary: String,
+    },
+    /// Was the primary; takes no writes. `primary` is the new primary's
+    /// address once known.
+    Fenced {
+        reason: String,
+        primary: Option<String>,
+    },
+}
+
+impl Role {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Role::Primary => "primary",
+            Role::Standby { .. } => "standby",
+            Role::Fenced { .. } => "fenced",
+        }
+    }
+}
+
+/// The tp's role, read on every write (an atomic) and changed rarely.
+pub struct RoleCell {
+    role: RwLock<Role>,
+    accepting: AtomicBool,
+}
+
+impl RoleCell {
+    pub fn new(role: Role) -> RoleCell {
+        let accepting = role == Role::Primary;
+        RoleCell {
+            role: RwLock::new(role),
+            accepting: AtomicBool::new(accepting),
+        }
+    }
+
+    /// True while writes may be journaled and acknowledged here.
+    pub fn accepting(&self) -> bool {
+        self.accepting.load(Ordering::Acquire)
+    }
+
+    pub fn get(&self) -> Role {
+        self.role.read().clone()
+    }
+
+    pub fn set(&self, role: Role) {
+        let mut r = self.role.write();
+        // Lowered before the role changes and raised after it: a reader
+        // that sees `accepting` true sees a primary.
+        self.accepting.store(false, Ordering::Release);
+        let accept = role == Role::Primary;
+        *r = role;
+        if accept {
+            self.accepting.store(true, Ordering::Release);
+        }
+    }
+
+    /// The error a write gets when this tp does not take writes.
+    pub fn refusal(&self) -> Option<crate::error::TpError> {
+        if self.accepting() {
+            return None;
+        }
+        match self.get() {
+            Role::Primary => None,
+            Role::Standby { primary } => Some(crate::error::TpError::Standby { primary }),
+            Role::Fenced { reason, primary } => {
+                Some(crate::error::TpError::Fenced { reason, primary })
+            }
+        }
+    }
+}
