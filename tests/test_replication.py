@@ -393,7 +393,7 @@ def test_strangers_bad_versions_and_wrong_secrets_are_refused(cluster, monkeypat
         head = c.recv(5, socket.MSG_WAITALL)
         n, ty = struct.unpack("<IB", head)
         reason = c.recv(n, socket.MSG_WAITALL).decode()
-        assert ty == 4 and "version 1" in reason and "99" in reason, reason
+        assert ty == 4 and "version 2" in reason and "99" in reason, reason
     # A standby with the wrong secret: stopped, with the reason, nothing taken.
     monkeypatch.setenv("TICKDB_REPL_SECRET", "another-secret-entirely-000000")
     Writer(p).write(3)

@@ -180,10 +180,15 @@ pub struct ReplArgs {
     /// generated at first start: copy it to the standbys).
     #[arg(long, value_name = "PATH")]
     pub repl_secret_file: Option<PathBuf>,
-    /// This node's name in replication status (default: host and
-    /// replication port).
+    /// This node's name in replication status (default: its advertised
+    /// host and replication port).
     #[arg(long, value_name = "NAME")]
     pub node_name: Option<String>,
+    /// The host other nodes and clients reach this node at (its standby's
+    /// primary address, a switchover's target, etcd's leader record).
+    /// Default: --bind, or 127.0.0.1 when --bind is 0.0.0.0.
+    #[arg(long, value_name = "HOST")]
+    pub advertise: Option<String>,
 }
 
 impl ReplArgs {

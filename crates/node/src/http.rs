@@ -50,6 +50,11 @@ pub fn router(state: AppState) -> Router {
     if role == Role::Up {
         r = r.route("/journal/trim", post(trim_journal));
     }
+    if role.has_tp() {
+        r = r
+            .route("/admin/promote", post(admin_promote))
+            .route("/admin/switchover", post(admin_switchover));
+    }
     r.with_state(state)
 }
 
@@ -217,6 +222,12 @@ fn tp_error(e: TpError) -> Response {
             e.to_string(),
             json!({ "primary": primary }),
         ),
+        TpError::Fenced { primary, .. } => json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "fenced",
+            e.to_string(),
+            json!({ "primary": primary }),
+        ),
         TpError::NotReplicated(_) => json_error(
             StatusCode::SERVICE_UNAVAILABLE,
             "not_replicated",
@@ -227,6 +238,51 @@ fn tp_error(e: TpError) -> Response {
             StatusCode::SERVICE_UNAVAILABLE,
             "internal error",
             e.to_string(),
+            json!({}),
+        ),
+    }
+}
+
+#[derive(Deserialize)]
+struct PromoteParams {
+    /// Refuse unless this standby's journal holds this sequence.
+    min_seq: Option<u64>,
+    why: Option<String>,
+}
+
+/// Makes this standby the primary (`tickdb promote`).
+async fn admin_promote(State(s): State<AppState>, Query(p): Query<PromoteParams>) -> Response {
+    let why = p.why.unwrap_or_else(|| "an operator's promote".into());
+    admin_answer(crate::failover::promote(&s.node, p.min_seq, None, &why).await)
+}
+
+#[derive(Deserialize)]
+struct SwitchoverParams {
+    /// The standby to hand over to (its name, HTTP or peer address).
+    to: Option<String>,
+    timeout_ms: Option<u64>,
+}
+
+/// Hands this primary's role to a standby, losing nothing (`tickdb
+/// switchover`).
+async fn admin_switchover(
+    State(s): State<AppState>,
+    Query(p): Query<SwitchoverParams>,
+) -> Response {
+    let timeout = std::time::Duration::from_millis(
+        p.timeout_ms
+            .unwrap_or(crate::failover::SWITCHOVER_TIMEOUT_MS),
+    );
+    admin_answer(crate::failover::switchover(&s.node, p.to.as_deref(), timeout).await)
+}
+
+fn admin_answer(r: Result<serde_json::Value, crate::failover::AdminError>) -> Response {
+    match r {
+        Ok(v) => json_ok(v),
+        Err(e) => json_error(
+            StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            e.code,
+            e.message,
             json!({}),
         ),
     }

@@ -16,6 +16,7 @@
 pub mod config;
 mod demo_feed;
 mod embedded_rdb;
+pub mod failover;
 pub mod http;
 pub mod http_server;
 pub mod lifecycle;

@@ -22,8 +22,12 @@ pub struct Replication {
     pub name: String,
     pub mode: Mode,
     pub standbys: Arc<Standbys>,
-    pub follower: Option<Arc<Follower>>,
+    /// On a standby: the follower and its task (gone once promoted).
+    follower: parking_lot::Mutex<Option<(Arc<Follower>, tokio::task::JoinHandle<()>)>>,
     pub secret_source: SecretSource,
+    /// One promotion at a time.
+    pub promoting: tokio::sync::Mutex<()>,
+    pub failover: Arc<crate::failover::FailoverState>,
 }
 
 /// What a node needs before its tickerplant opens.
@@ -41,6 +45,20 @@ pub struct Prepared {
     /// (diverged, ahead of it): why. It serves what it has; replication
     /// stays stopped.
     pub refused: Option<String>,
+    /// Divergent suffixes cut before the journal opened (an old primary
+    /// rejoining), as failover events.
+    pub cuts: Vec<serde_json::Value>,
+    /// The primary followed: `--standby-of`, or the one a demotion named.
+    pub standby_of: Option<String>,
+}
+
+/// The primary a node follows: the one its demotion named (REJOIN_ENV,
+/// set when a primary restarts itself as a standby), else `--standby-of`.
+pub fn standby_of(a: &ReplArgs) -> Option<String> {
+    std::env::var(crate::failover::REJOIN_ENV)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .or_else(|| a.standby_of.clone())
 }
 
 /// Where an existing journal ends: its last sequence and that record's
@@ -81,6 +99,14 @@ fn local_tail(journal_dir: &Path) -> Result<(u64, u32), String> {
     }
 }
 
+/// The schema in force in a journal's schema history.
+fn local_schema(journal_dir: &Path) -> Result<String, String> {
+    let history = journal_dir.join(tickdb_journal::schema_history::SCHEMA_HISTORY_FILE);
+    let bytes = std::fs::read(&history).map_err(|e| format!("{}: {e}", history.display()))?;
+    let h = tickdb_journal::SchemaHistory::decode(&bytes, &history).map_err(|e| e.to_string())?;
+    Ok(h.current().text.clone())
+}
+
 /// Moves a directory aside (kept, never deleted) before a reseed replaces
 /// what it held.
 fn move_aside(dir: &Path, what: &str) -> Result<(), String> {
@@ -108,10 +134,11 @@ fn move_aside(dir: &Path, what: &str) -> Result<(), String> {
 /// journal opens: the handshake (retried until the primary answers or
 /// refuses), the schema it adopts, and, when it needs records the primary
 /// trimmed, the reseed (`hot_dir`, the Hot Restart store, is replaced too).
+#[allow(clippy::too_many_arguments)]
 pub async fn prepare(
     a: &ReplArgs,
     data_dir: &Path,
-    bind: &str,
+    advertised: &crate::failover::Advertised,
     life: &crate::lifecycle::Lifecycle,
     can_reseed: bool,
     hot_dir: Option<&Path>,
@@ -121,8 +148,8 @@ pub async fn prepare(
     let name = a
         .node_name
         .clone()
-        .unwrap_or_else(|| format!("{bind}:{}", a.repl_port.port));
-    let Some(primary) = a.standby_of.clone() else {
+        .unwrap_or_else(|| advertised.repl.clone());
+    let Some(primary) = standby_of(a) else {
         return Ok(Prepared {
             secret,
             secret_source: source,
@@ -130,38 +157,99 @@ pub async fn prepare(
             standby: None,
             reseeded: None,
             refused: None,
+            cuts: Vec::new(),
+            standby_of: None,
         });
     };
     let journal_dir = data_dir.join("journal");
-    let (last, crc) = local_tail(&journal_dir)?;
     life.starting(&format!("connecting to the primary {primary}"));
     let opts = FollowOptions {
         primary: primary.clone(),
         name: name.clone(),
         secret: secret.clone(),
+        http: advertised.http.clone(),
     };
     let mut delay = standby::RECONNECT_DELAY_MS_MIN;
-    let mut conn = loop {
-        match standby::connect(&opts, last, crc, can_reseed).await {
-            Ok(c) => break c,
+    let mut cuts = Vec::new();
+    let (mut conn, last) = loop {
+        let (last, crc) = local_tail(&journal_dir)?;
+        let epochs = tickdb_journal::EpochHistory::read(&tickdb_journal::FsStorage, &journal_dir)
+            .map_err(|e| e.to_string())?;
+        match standby::connect_any(&opts, last, crc, &epochs, can_reseed).await {
+            Ok(c) => break (c, last),
+            Err(ReplError::Diverged {
+                keep_through,
+                primary_epoch,
+                reason,
+            }) => {
+                // An old primary rejoining: what it wrote after the fork
+                // was never in the new primary's history (in semi-sync,
+                // never acknowledged). Cut it, keeping a copy, and go on.
+                let stamp = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0);
+                let copy = data_dir.join(format!("cut-{stamp}-after-{keep_through}"));
+                let jd = journal_dir.clone();
+                let cut = tokio::task::spawn_blocking(move || {
+                    tickdb_journal::cut_after(&jd, keep_through, &copy)
+                })
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| format!("cutting the journal after seq {keep_through}: {e}"))?;
+                // The Hot Restart store may hold the cut rows.
+                if let Some(hot) = hot_dir.filter(|h| {
+                    std::fs::read_dir(h)
+                        .map(|mut d| d.next().is_some())
+                        .unwrap_or(false)
+                }) {
+                    move_aside(hot, "Hot Restart store")?;
+                }
+                cuts.push(serde_json::json!({
+                    "primary": primary,
+                    "primary_epoch": primary_epoch,
+                    "kept_through": cut.kept_through,
+                    "from_seq": cut.from_seq,
+                    "to_seq": cut.to_seq,
+                    "records": cut.records,
+                    "rows": cut.rows,
+                    "copy": cut.copy_dir.display().to_string(),
+                    "files": cut.files,
+                    "why": reason,
+                }));
+                tracing::warn!("rejoin: {cut}");
+            }
             Err(ReplError::Refused(r)) if last > 0 => {
                 // What this standby holds is still worth serving.
                 tracing::error!("replication stopped: {r}");
-                let history = journal_dir.join(tickdb_journal::schema_history::SCHEMA_HISTORY_FILE);
-                let bytes =
-                    std::fs::read(&history).map_err(|e| format!("{}: {e}", history.display()))?;
-                let h = tickdb_journal::SchemaHistory::decode(&bytes, &history)
-                    .map_err(|e| e.to_string())?;
                 return Ok(Prepared {
                     secret,
                     secret_source: source,
                     name,
-                    standby: Some((h.current().text.clone(), None)),
+                    standby: Some((local_schema(&journal_dir)?, None)),
                     reseeded: None,
                     refused: Some(r),
+                    cuts,
+                    standby_of: Some(primary),
                 });
             }
             Err(ReplError::Refused(r)) => return Err(r),
+            Err(e) if last > 0 => {
+                // A standby with a journal of its own starts without its
+                // primary (it may be the one that is gone): it serves what
+                // it has, can be promoted, and its follower keeps trying.
+                tracing::warn!("standby: {e}; starting from this journal (seq {last}) and following the primary once it answers");
+                return Ok(Prepared {
+                    secret,
+                    secret_source: source,
+                    name,
+                    standby: Some((local_schema(&journal_dir)?, None)),
+                    reseeded: None,
+                    refused: None,
+                    cuts,
+                    standby_of: Some(primary),
+                });
+            }
             Err(e) => {
                 tracing::warn!("standby: {e}; retrying in {delay} ms");
                 tokio::time::sleep(Duration::from_millis(delay)).await;
@@ -207,6 +295,8 @@ pub async fn prepare(
         standby: Some((text, Some(conn))),
         reseeded,
         refused: None,
+        cuts,
+        standby_of: Some(primary),
     })
 }
 
@@ -298,6 +388,7 @@ pub fn start(
     prepared: Prepared,
     applied: Arc<dyn Fn() -> u64 + Send + Sync>,
     snapshots: Option<Arc<dyn tickdb_replication::reseed::SnapshotSource>>,
+    advertised: crate::failover::Advertised,
 ) -> Arc<Replication> {
     let mode = a.mode();
     let standbys = Arc::new(Standbys::default());
@@ -311,38 +402,89 @@ pub fn start(
         snapshots,
     });
     tokio::spawn(primary::serve(listener, tp.clone(), opts, standbys.clone()));
+    let failover = Arc::new(crate::failover::FailoverState {
+        advertised: advertised.clone(),
+        ..Default::default()
+    });
+    for c in &prepared.cuts {
+        failover.event("cut", c.clone());
+    }
     let follower = prepared.standby.map(|(_, first)| {
-        let primary = a.standby_of.clone().unwrap_or_default();
+        let primary = prepared.standby_of.clone().unwrap_or_default();
         let f = Follower::new(FollowOptions {
             primary,
             name: prepared.name.clone(),
             secret: prepared.secret.clone(),
+            http: advertised.http.clone(),
         });
         let (f2, tp2) = (f.clone(), tp.clone());
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             let why = f2.run(tp2, first, applied).await;
-            tracing::error!(
-                "standby: replication has stopped and will not resume by itself: {why}"
-            );
+            match why {
+                ReplError::Refused(r) if r == "halted" => {}
+                why => tracing::error!(
+                    "standby: replication has stopped and will not resume by itself: {why}"
+                ),
+            }
         });
-        f
+        (f, task)
     });
     Arc::new(Replication {
         name: prepared.name,
         mode,
         standbys,
-        follower,
+        follower: parking_lot::Mutex::new(follower),
         secret_source: prepared.secret_source,
+        promoting: tokio::sync::Mutex::new(()),
+        failover,
     })
 }
 
 impl Replication {
+    /// The follower, on a standby not promoted.
+    pub fn follower(&self) -> Option<Arc<Follower>> {
+        self.follower.lock().as_ref().map(|(f, _)| f.clone())
+    }
+
+    /// Stops following the primary and waits until the follower has
+    /// stopped; returns the newest epoch it heard its primary was at.
+    pub async fn halt_follower(&self) -> u32 {
+        let Some((f, task)) = self.follower.lock().take() else {
+            return 0;
+        };
+        f.halt();
+        let _ = task.await;
+        f.primary_epoch()
+    }
+
+    /// The primary's replication address as this node knows it.
+    pub fn primary_address(&self, tp: &Tickerplant) -> String {
+        match tp.role() {
+            tickdb_tp::Role::Primary => self.failover.advertised.repl.clone(),
+            tickdb_tp::Role::Standby { .. } => {
+                self.follower().map(|f| f.following()).unwrap_or_default()
+            }
+            tickdb_tp::Role::Fenced { primary, .. } => primary.unwrap_or_default(),
+        }
+    }
+
     /// The `replication` section of /status.
     pub fn status(&self, tp: &Tickerplant, applied: u64) -> serde_json::Value {
         let seq = tp.seq();
+        let role = tp.role();
         let mut v = serde_json::json!({
             "name": self.name,
-            "role": if self.follower.is_some() { "standby" } else { "primary" },
+            "role": role.name(),
+            "epoch": tp.epoch(),
+            "epochs": tp.epoch_history().entries().iter().map(|e| serde_json::json!({"epoch": e.epoch, "first_seq": e.first_seq})).collect::<Vec<_>>(),
+            "primary_address": self.primary_address(tp),
+            "advertised": {
+                "http": self.failover.advertised.http,
+                "repl": self.failover.advertised.repl,
+                "ilp": self.failover.advertised.ilp,
+                "sub": self.failover.advertised.sub,
+            },
+            "failover_events": *self.failover.events.lock(),
             "mode": self.mode.name(),
             "secret": self.secret_source.to_string(),
             "standbys": self.standbys.connected(seq),
@@ -351,7 +493,10 @@ impl Replication {
         if let Some(g) = tp.sync_gate() {
             v["semi_sync"] = serde_json::to_value(g.status()).unwrap_or_default();
         }
-        if let Some(f) = &self.follower {
+        if let tickdb_tp::Role::Fenced { reason, .. } = &role {
+            v["fenced"] = serde_json::json!(reason);
+        }
+        if let Some(f) = self.follower() {
             v["primary"] = serde_json::to_value(f.status(tp, applied)).unwrap_or_default();
         }
         v
@@ -390,7 +535,14 @@ impl Replication {
                 st.degraded as u8, st.waiting, st.refused_total, st.degradations_total
             );
         }
-        if let Some(f) = &self.follower {
+        self.failover.metrics(tp.fences_total(), out);
+        let _ = writeln!(
+            out,
+            "# TYPE tickdb_epoch gauge\ntickdb_epoch {}\n# TYPE tickdb_primary gauge\ntickdb_primary {}",
+            tp.epoch(),
+            (tp.role() == tickdb_tp::Role::Primary) as u8
+        );
+        if let Some(f) = self.follower() {
             let st = f.status(tp, applied);
             let _ = writeln!(
                 out,

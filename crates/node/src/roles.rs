@@ -167,7 +167,7 @@ fn tp_config(
         ilp_idle_timeout_s: a.ilp_idle_timeout_s,
         ilp_partial_line_timeout_s: a.ilp_partial_line_timeout_s,
         ilp_connections_max: a.ilp_connections_max,
-        standby_of: a.repl.standby_of.clone(),
+        standby_of: crate::replication::standby_of(&a.repl),
         sync: a.repl.sync_policy(),
         first_seq: None,
     }
@@ -187,7 +187,7 @@ fn standby_flags_fit(tp: &TpArgs, schema: &SchemaArgs) -> Result<(), String> {
 /// it when `hot` is given, i.e. the node holds tables) and its schema.
 async fn prepare_replication(
     tp: &TpArgs,
-    net: &NetArgs,
+    advertised: &crate::failover::Advertised,
     node: &Node,
     hot: Option<&Path>,
     (schema, toml): (Schema, String),
@@ -196,7 +196,7 @@ async fn prepare_replication(
     let prepared = crate::replication::prepare(
         &tp.repl,
         &tp.data_dir,
-        &net.bind.to_string(),
+        advertised,
         &node.life,
         hot.is_some() || node.role == Role::Up,
         hot,
@@ -221,9 +221,34 @@ fn standby_schema(
     }
 }
 
+/// Where other nodes reach this one: --advertise, else --bind (loopback
+/// when --bind is the wildcard address).
+fn advertised(net: &NetArgs, tp: &TpArgs, http_port: u16) -> crate::failover::Advertised {
+    let host = tp.repl.advertise.clone().unwrap_or_else(|| {
+        if net.bind.is_unspecified() {
+            "127.0.0.1".to_string()
+        } else {
+            net.bind.to_string()
+        }
+    });
+    let at = |port: u16| {
+        if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        }
+    };
+    crate::failover::Advertised {
+        http: at(http_port),
+        repl: at(tp.repl.repl_port.port),
+        ilp: at(tp.ilp_port.port),
+        sub: at(tp.tp_port.port),
+    }
+}
+
 /// For the start-up line.
 fn describe_replication(tp: &TpArgs) -> String {
-    match &tp.repl.standby_of {
+    match &crate::replication::standby_of(&tp.repl) {
         Some(p) => format!("standby of {p}"),
         None => format!("primary, {} shipping", tp.repl.mode().name()),
     }
@@ -338,9 +363,10 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
     }
     let node = Node::new(Role::Up);
     start_http(http_l, &node, &a.http);
+    let adv = advertised(&a.net, &a.tp, a.http_port.port);
     let (prepared, schema, toml) = prepare_replication(
         &a.tp,
-        &a.net,
+        &adv,
         &node,
         a.hot.hot_restart.as_deref(),
         (schema, toml),
@@ -417,8 +443,15 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
         };
         let snapshots: Arc<dyn tickdb_replication::reseed::SnapshotSource> =
             Arc::new(crate::replication::RdbSnapshots(rdb.clone()));
-        let repl =
-            crate::replication::start(repl_l, &tp, &a.tp.repl, prepared, applied, Some(snapshots));
+        let repl = crate::replication::start(
+            repl_l,
+            &tp,
+            &a.tp.repl,
+            prepared,
+            applied,
+            Some(snapshots),
+            adv,
+        );
         node.set_replication(repl);
     }
     let mut schedule = {
@@ -488,9 +521,10 @@ pub async fn tp(a: TpOnlyArgs) -> Result<(), String> {
     let repl_l = bind(a.net.bind, &a.tp.repl.repl_port, "replication").await?;
     let node = Node::new(Role::Tp);
     start_http(http_l, &node, &a.http);
+    let adv = advertised(&a.net, &a.tp, a.http_port.port);
     // A tp has no tables: it cannot take a reseed.
     let (prepared, schema, toml) =
-        prepare_replication(&a.tp, &a.net, &node, None, (schema, toml)).await?;
+        prepare_replication(&a.tp, &adv, &node, None, (schema, toml)).await?;
     node.life.starting("opening the journal");
     let (tp_args, origin) = (a.tp.clone(), schema_origin(&a.schema));
     let tp = blocking("opening the journal", move || {
@@ -505,6 +539,7 @@ pub async fn tp(a: TpOnlyArgs) -> Result<(), String> {
         prepared,
         Arc::new(|| 0),
         None,
+        adv,
     ));
     node.life.ready();
     tokio::spawn(tickdb_tp::ilp_tcp::serve(ilp_l, tp.clone()));
@@ -555,7 +590,8 @@ pub async fn rdb(a: RdbArgs) -> Result<(), String> {
         .starting(&format!("connecting to the tp at {}", a.tp));
     let mut delay = remote::RECONNECT_DELAY_MS_MIN;
     let first = loop {
-        match remote::link(&a.tp, from_seq, &interest).await {
+        // A Hot Restart store keeps no epoch: not checked.
+        match remote::link(&a.tp, from_seq, tickdb_net::proto::EPOCH_UNKNOWN, &interest).await {
             Ok(l) => break l,
             Err(e) => {
                 tracing::warn!("{e}; retrying in {delay} ms");
@@ -626,6 +662,7 @@ pub async fn rdb(a: RdbArgs) -> Result<(), String> {
         a.tp.clone(),
         interest,
         Some(first),
+        Arc::new(remote::EpochTrack::default()),
     ));
     let result = tokio::select! {
         _ = shutdown_signal() => {

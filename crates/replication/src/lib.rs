@@ -47,6 +47,17 @@ pub enum ReplError {
     Journal(String),
     #[error("network I/O: {0}")]
     Io(#[from] std::io::Error),
+    /// The primary says this standby's journal holds records past
+    /// `keep_through` that the primary never had (by their epoch
+    /// histories): they must be cut before it can follow.
+    #[error(
+        "diverged from the primary (epoch {primary_epoch}) after seq {keep_through}: {reason}"
+    )]
+    Diverged {
+        keep_through: u64,
+        primary_epoch: u32,
+        reason: String,
+    },
 }
 
 /// Now, in ns since the Unix epoch.

@@ -166,6 +166,8 @@ async fn serve_one(
         last_crc,
         flags,
         name,
+        http,
+        epochs: standby_epochs,
     } = hello
     else {
         return Err(refuse(
@@ -200,6 +202,54 @@ async fn serve_one(
         .await);
     }
     let primary_seq = tp.seq();
+    let my_epochs = tp.epoch_history();
+    if standby_epochs.last_epoch() > my_epochs.last_epoch() {
+        // Someone was promoted after this node's epoch began: whatever this
+        // node believes, it is not the primary any more.
+        let why = format!(
+            "the standby {name} has seen epoch {}, newer than this node's epoch {}: this node was deposed",
+            standby_epochs.last_epoch(),
+            my_epochs.last_epoch()
+        );
+        if tp.role() == tickdb_tp::Role::Primary {
+            tracing::warn!(target: "tickdb::failover", "{}", serde_json::json!({"event": "fence", "reason": why, "epoch": my_epochs.last_epoch()}));
+            tp.fence(&why, None);
+        }
+        return Err(refuse(&mut sock, format!("{why}; follow the current primary")).await);
+    }
+    // Where the two journals part: at the first sequence both hold that
+    // their histories give different epochs; or, when the standby holds
+    // records past this journal's end, there if this node writes its next
+    // record in a newer epoch than the standby's record there (an old
+    // primary rejoining a standby promoted before it had everything).
+    let common_end = primary_seq.min(last_seq);
+    let agree = my_epochs.fork_point(primary_seq, &standby_epochs, last_seq);
+    let fork = if agree < common_end {
+        Some(agree)
+    } else if last_seq > primary_seq
+        && my_epochs.last_epoch() > standby_epochs.epoch_at(primary_seq + 1)
+    {
+        Some(primary_seq)
+    } else {
+        None
+    };
+    if let Some(fork) = fork {
+        let reason = format!(
+            "the standby's records after seq {fork} (up to seq {last_seq}) were written in epochs this primary never had (the standby's history {standby_epochs}, this primary's {my_epochs}): cut them and follow"
+        );
+        tracing::warn!("replication: {peer} ({name}): {reason}");
+        let _ = protocol::write_message(
+            &mut sock,
+            &Message::Diverged {
+                proof: opts.secret.primary_proof(&their_nonce, &nonce),
+                keep_through: fork,
+                primary_epoch: my_epochs.last_epoch(),
+                reason: reason.clone(),
+            },
+        )
+        .await;
+        return Err(ReplError::Refused(reason));
+    }
     if last_seq > primary_seq {
         return Err(refuse(
             &mut sock,
@@ -287,6 +337,12 @@ async fn serve_one(
             } else {
                 0
             },
+            epochs: my_epochs,
+            role: match tp.role() {
+                tickdb_tp::Role::Primary => protocol::ROLE_PRIMARY,
+                tickdb_tp::Role::Standby { .. } => protocol::ROLE_STANDBY,
+                tickdb_tp::Role::Fenced { .. } => protocol::ROLE_FENCED,
+            },
         },
     )
     .await?;
@@ -297,6 +353,7 @@ async fn serve_one(
     };
     let id = standbys.next_id();
     let link = Arc::new(StandbyLink::new(id, &name, peer, opts.ship.mode, from_seq));
+    link.set_http(&http);
     standbys.add(link.clone());
     tracing::info!(
         "replication: standby {name} ({peer}) follows from seq {from_seq} ({} mode; primary at seq {primary_seq})",

@@ -54,12 +54,17 @@
 //!     u8 flags            bit 0: it can take a reseed (a new standby
 //!                         starting, before its journal opens)
 //!     str16 name          the standby's node name
+//!     str16 http          the standby's HTTP address (host:port), for a
+//!                         switchover to reach it; empty when unknown
+//!     epochs              its journal's epoch history (below)
 //! 3 Welcome       primary -> standby
 //!     [32] proof          HMAC-SHA256(secret, "tickdb-repl-primary" | standby nonce | primary nonce)
 //!     u64 primary_seq     the primary's last committed sequence
 //!     u64 first_seq_held  the first sequence its journal still holds
 //!     u8 mode             0 async, 1 interval, 2 semi-sync
 //!     u64 interval_ms     the shipping interval in interval mode (else 0)
+//!     epochs              the primary's epoch history
+//!     u8 role             0 primary, 1 standby (a chained one), 2 fenced
 //! 4 Refuse        either way, then close
 //!     rest reason         UTF-8 text naming what is wrong
 //! 5 SchemaHistory primary -> standby
@@ -92,22 +97,40 @@
 //!                         (tickdb-core's codec, as in a journal record)
 //! 12 SnapshotEnd  primary -> standby
 //!     u64 seq             the cut again
+//! 13 Diverged     primary -> standby, instead of Welcome, then close
+//!     [32] proof          as Welcome's: a standby cuts nothing on the word
+//!                         of a peer that does not hold the secret
+//!     u64 keep_through    the last sequence both journals agree on (by
+//!                         their epoch histories): the standby holds
+//!                         records past it that this primary never had, and
+//!                         must cut them before it can follow
+//!     u32 primary_epoch   the primary's epoch
+//!     str16 reason        a sentence for the log
+//!
+//! epochs = u16 count (at most EPOCHS_IN_HANDSHAKE_MAX), then count ×
+//!          (u32 epoch, u64 first_seq), oldest first: the journal's EPOCHS
+//!          file (docs/journal.md)
 //! ```
 //!
-//! Type bytes 0 and 13..=255 are unassigned and rejected.
+//! Type bytes 0 and 14..=255 are unassigned and rejected.
 
 use crate::ReplError;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-/// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// The protocol version this build speaks (2: epochs in the handshake,
+/// and Diverged).
+pub const PROTOCOL_VERSION: u16 = 2;
+/// Most epoch history entries a handshake carries: 48 KiB of them, which
+/// the handshake bound below holds with room to spare. A history longer
+/// than this (thousands of promotions) is refused with the reason.
+pub const EPOCHS_IN_HANDSHAKE_MAX: usize = 4000;
 /// Largest frame body, in bytes: one journal record of the largest size
 /// (`RECORD_PAYLOAD_BYTES_MAX` plus its header) must fit.
 pub const FRAME_BYTES_MAX: usize =
     tickdb_journal::format::RECORD_PAYLOAD_BYTES_MAX as usize + 64 * 1024;
 /// Largest frame accepted before the peer is authenticated: a stranger on
 /// the port cannot make the node allocate more.
-pub const HANDSHAKE_FRAME_BYTES_MAX: usize = 4096;
+pub const HANDSHAKE_FRAME_BYTES_MAX: usize = 64 * 1024;
 /// Bytes before the body: u32 length and u8 type.
 pub const FRAME_HEADER_BYTES: usize = 5;
 /// A reader grows a body buffer by at most this much ahead of the bytes it
@@ -128,8 +151,13 @@ pub const TYPE_ACK: u8 = 9;
 pub const TYPE_RESEED: u8 = 10;
 pub const TYPE_SNAPSHOT: u8 = 11;
 pub const TYPE_SNAPSHOT_END: u8 = 12;
+pub const TYPE_DIVERGED: u8 = 13;
 /// Hello flag: the standby can take a reseed.
 pub const FLAG_CAN_RESEED: u8 = 1;
+/// Welcome's role byte.
+pub const ROLE_PRIMARY: u8 = 0;
+pub const ROLE_STANDBY: u8 = 1;
+pub const ROLE_FENCED: u8 = 2;
 
 /// How the primary ships records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -188,6 +216,8 @@ pub enum Message {
         last_crc: u32,
         flags: u8,
         name: String,
+        http: String,
+        epochs: tickdb_journal::EpochHistory,
     },
     Welcome {
         proof: [u8; NONCE_BYTES],
@@ -195,6 +225,14 @@ pub enum Message {
         first_seq_held: u64,
         mode: Mode,
         interval_ms: u64,
+        epochs: tickdb_journal::EpochHistory,
+        role: u8,
+    },
+    Diverged {
+        proof: [u8; NONCE_BYTES],
+        keep_through: u64,
+        primary_epoch: u32,
+        reason: String,
     },
     Refuse {
         reason: String,
@@ -247,6 +285,7 @@ impl Message {
             Message::Reseed { .. } => TYPE_RESEED,
             Message::Snapshot { .. } => TYPE_SNAPSHOT,
             Message::SnapshotEnd { .. } => TYPE_SNAPSHOT_END,
+            Message::Diverged { .. } => TYPE_DIVERGED,
         }
     }
 
@@ -264,6 +303,7 @@ impl Message {
             Message::Reseed { .. } => "Reseed",
             Message::Snapshot { .. } => "Snapshot",
             Message::SnapshotEnd { .. } => "SnapshotEnd",
+            Message::Diverged { .. } => "Diverged",
         }
     }
 
@@ -296,6 +336,8 @@ impl Message {
                 last_crc,
                 flags,
                 name,
+                http,
+                epochs,
             } => {
                 body.extend_from_slice(&version.to_le_bytes());
                 body.extend_from_slice(nonce);
@@ -305,6 +347,8 @@ impl Message {
                 body.extend_from_slice(&last_crc.to_le_bytes());
                 body.push(*flags);
                 str16(&mut body, name)?;
+                str16(&mut body, http)?;
+                encode_epochs(&mut body, epochs)?;
             }
             Message::Welcome {
                 proof,
@@ -312,12 +356,27 @@ impl Message {
                 first_seq_held,
                 mode,
                 interval_ms,
+                epochs,
+                role,
             } => {
                 body.extend_from_slice(proof);
                 body.extend_from_slice(&primary_seq.to_le_bytes());
                 body.extend_from_slice(&first_seq_held.to_le_bytes());
                 body.push(mode.byte());
                 body.extend_from_slice(&interval_ms.to_le_bytes());
+                encode_epochs(&mut body, epochs)?;
+                body.push(*role);
+            }
+            Message::Diverged {
+                proof,
+                keep_through,
+                primary_epoch,
+                reason,
+            } => {
+                body.extend_from_slice(proof);
+                body.extend_from_slice(&keep_through.to_le_bytes());
+                body.extend_from_slice(&primary_epoch.to_le_bytes());
+                str16(&mut body, reason)?;
             }
             Message::Refuse { reason } => body.extend_from_slice(reason.as_bytes()),
             Message::SchemaHistory { bytes } | Message::Records { bytes } => {
@@ -410,6 +469,8 @@ impl Message {
                     last_crc: 0,
                     flags: 0,
                     name: String::new(),
+                    http: String::new(),
+                    epochs: Default::default(),
                 });
             }
             TYPE_HELLO => Message::Hello {
@@ -421,6 +482,8 @@ impl Message {
                 last_crc: c.u32()?,
                 flags: c.u8()?,
                 name: c.str16()?,
+                http: c.str16()?,
+                epochs: c.epochs()?,
             },
             TYPE_WELCOME => Message::Welcome {
                 proof: c.array()?,
@@ -432,6 +495,14 @@ impl Message {
                         .ok_or_else(|| ReplError::Protocol(format!("unknown mode {b}")))?
                 },
                 interval_ms: c.u64()?,
+                epochs: c.epochs()?,
+                role: c.u8()?,
+            },
+            TYPE_DIVERGED => Message::Diverged {
+                proof: c.array()?,
+                keep_through: c.u64()?,
+                primary_epoch: c.u32()?,
+                reason: c.str16()?,
             },
             TYPE_REFUSE => Message::Refuse {
                 reason: String::from_utf8_lossy(c.rest()).into_owned(),
@@ -465,6 +536,22 @@ impl Message {
         c.end()?;
         Ok(m)
     }
+}
+
+fn encode_epochs(body: &mut Vec<u8>, h: &tickdb_journal::EpochHistory) -> Result<(), ReplError> {
+    let e = h.entries();
+    if e.len() > EPOCHS_IN_HANDSHAKE_MAX {
+        return Err(ReplError::Protocol(format!(
+            "this journal's epoch history has {} entries; a handshake carries at most {EPOCHS_IN_HANDSHAKE_MAX}",
+            e.len()
+        )));
+    }
+    body.extend_from_slice(&(e.len() as u16).to_le_bytes());
+    for x in e {
+        body.extend_from_slice(&x.epoch.to_le_bytes());
+        body.extend_from_slice(&x.first_seq.to_le_bytes());
+    }
+    Ok(())
 }
 
 struct Cursor<'a> {
@@ -524,6 +611,24 @@ impl<'a> Cursor<'a> {
         String::from_utf8(s.to_vec()).map_err(|_| {
             ReplError::Protocol(format!("message type {}: a name is not UTF-8", self.what))
         })
+    }
+
+    fn epochs(&mut self) -> Result<tickdb_journal::EpochHistory, ReplError> {
+        let n = self.u16()? as usize;
+        if n > EPOCHS_IN_HANDSHAKE_MAX {
+            return Err(ReplError::Protocol(format!(
+                "an epoch history of {n} entries (at most {EPOCHS_IN_HANDSHAKE_MAX})"
+            )));
+        }
+        let mut v = Vec::with_capacity(n);
+        for _ in 0..n {
+            v.push(tickdb_journal::EpochStart {
+                epoch: self.u32()?,
+                first_seq: self.u64()?,
+            });
+        }
+        tickdb_journal::EpochHistory::new(v)
+            .map_err(|e| ReplError::Protocol(format!("a bad epoch history: {e}")))
     }
 
     fn rest(&mut self) -> &'a [u8] {

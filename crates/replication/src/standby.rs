@@ -54,6 +54,9 @@ pub struct FollowOptions {
     /// This standby's name, as the primary reports it.
     pub name: String,
     pub secret: Secret,
+    /// This standby's HTTP address (host:port), which the primary uses to
+    /// hand over in a switchover; empty when unknown.
+    pub http: String,
 }
 
 /// A completed handshake.
@@ -62,6 +65,12 @@ pub struct Connected {
     pub primary_seq: u64,
     pub first_seq_held: u64,
     pub mode: Mode,
+    /// The primary's epoch history.
+    pub epochs: tickdb_journal::EpochHistory,
+    /// What the peer is: ROLE_PRIMARY, or a standby that chains.
+    pub role: u8,
+    /// The address this connection reached.
+    pub addr: String,
     /// The primary's journal/SCHEMA file.
     pub schema_history: Vec<u8>,
     /// A reseed follows (the tables as of `seq`, then the journal from
@@ -102,12 +111,16 @@ impl Connected {
 }
 
 /// Connects and completes the handshake for a journal ending at
-/// `last_seq` (whose record has CRC `last_crc`). `can_reseed`: this standby
-/// has not opened its journal yet and can start from the primary's tables.
+/// `last_seq` (whose record has CRC `last_crc`) with the epoch history
+/// `epochs`. `can_reseed`: this standby has not opened its journal yet and
+/// can start from the primary's tables. A primary of an older epoch than
+/// this journal's is refused (it was deposed); a primary that finds this
+/// journal holds records it never had answers `ReplError::Diverged`.
 pub async fn connect(
     opts: &FollowOptions,
     last_seq: u64,
     last_crc: u32,
+    epochs: &tickdb_journal::EpochHistory,
     can_reseed: bool,
 ) -> Result<Connected, ReplError> {
     let go = async {
@@ -146,6 +159,8 @@ pub async fn connect(
                 last_crc,
                 flags: if can_reseed { FLAG_CAN_RESEED } else { 0 },
                 name: opts.name.clone(),
+                http: opts.http.clone(),
+                epochs: epochs.clone(),
             },
         )
         .await?;
@@ -154,30 +169,51 @@ pub async fn connect(
             .ok_or_else(|| {
                 ReplError::Protocol("the primary closed the connection after the Hello".into())
             })?;
-        let (primary_seq, first_seq_held, mode) = match answer {
+        let authentic = |proof: &[u8; protocol::NONCE_BYTES]| {
+            opts.secret
+                .check(&opts.secret.primary_proof(&mine, &nonce), proof)
+        };
+        let not_authentic = || {
+            ReplError::Refused(format!(
+                "the primary {} failed authentication (it does not hold this standby's replication secret)",
+                opts.primary
+            ))
+        };
+        let (primary_seq, first_seq_held, mode, primary_epochs, role) = match answer {
             Message::Refuse { reason } => {
                 return Err(ReplError::Refused(format!(
                     "the primary {} ({name}) refused: {reason}",
                     opts.primary
                 )))
             }
+            Message::Diverged {
+                proof,
+                keep_through,
+                primary_epoch,
+                reason,
+            } => {
+                if !authentic(&proof) {
+                    return Err(not_authentic());
+                }
+                return Err(ReplError::Diverged {
+                    keep_through,
+                    primary_epoch,
+                    reason,
+                });
+            }
             Message::Welcome {
                 proof,
                 primary_seq,
                 first_seq_held,
                 mode,
+                epochs: primary_epochs,
+                role,
                 ..
             } => {
-                if !opts
-                    .secret
-                    .check(&opts.secret.primary_proof(&mine, &nonce), &proof)
-                {
-                    return Err(ReplError::Refused(format!(
-                        "the primary {} failed authentication (it does not hold this standby's replication secret)",
-                        opts.primary
-                    )));
+                if !authentic(&proof) {
+                    return Err(not_authentic());
                 }
-                (primary_seq, first_seq_held, mode)
+                (primary_seq, first_seq_held, mode, primary_epochs, role)
             }
             other => {
                 return Err(ReplError::Protocol(format!(
@@ -186,6 +222,15 @@ pub async fn connect(
                 )))
             }
         };
+        if primary_epochs.last_epoch() < epochs.last_epoch() {
+            return Err(ReplError::Refused(format!(
+                "the primary {} ({name}) is at epoch {}, older than this journal's epoch {}: it was deposed; \
+                 follow the current primary",
+                opts.primary,
+                primary_epochs.last_epoch(),
+                epochs.last_epoch()
+            )));
+        }
         let schema = match protocol::read_message(&mut sock, FRAME_BYTES_MAX).await? {
             Some(Message::SchemaHistory { bytes }) => bytes,
             other => {
@@ -230,6 +275,9 @@ pub async fn connect(
             primary_seq,
             first_seq_held,
             mode,
+            epochs: primary_epochs,
+            role,
+            addr: opts.primary.clone(),
             schema_history: schema,
             reseed,
         })
@@ -245,6 +293,52 @@ pub async fn connect(
                 ),
             ))
         })?
+}
+
+/// `connect` to each address of `opts.primary` (a comma-separated list)
+/// in turn, preferring the one that is the primary: a standby that chains
+/// is followed only when no address is the primary. A refusal or a
+/// divergence from the primary is returned at once; when no address
+/// answers, the last error.
+pub async fn connect_any(
+    opts: &FollowOptions,
+    last_seq: u64,
+    last_crc: u32,
+    epochs: &tickdb_journal::EpochHistory,
+    can_reseed: bool,
+) -> Result<Connected, ReplError> {
+    let addrs: Vec<String> = opts
+        .primary
+        .split(',')
+        .map(|a| a.trim().to_string())
+        .filter(|a| !a.is_empty())
+        .collect();
+    if addrs.len() <= 1 {
+        return connect(opts, last_seq, last_crc, epochs, can_reseed).await;
+    }
+    let mut chained: Option<Connected> = None;
+    let mut last_err = None;
+    for a in addrs {
+        let one = FollowOptions {
+            primary: a,
+            ..opts.clone()
+        };
+        match connect(&one, last_seq, last_crc, epochs, can_reseed).await {
+            Ok(c) if c.role == protocol::ROLE_PRIMARY => return Ok(c),
+            Ok(c) if c.role == protocol::ROLE_STANDBY && chained.is_none() => chained = Some(c),
+            Ok(_) => {}
+            Err(e @ ReplError::Diverged { .. }) => return Err(e),
+            Err(e) => last_err = Some(e),
+        }
+    }
+    match (chained, last_err) {
+        (Some(c), _) => Ok(c),
+        (None, Some(e)) => Err(e),
+        (None, None) => Err(ReplError::Refused(format!(
+            "none of {} is a primary or a standby to follow",
+            opts.primary
+        ))),
+    }
 }
 
 /// The primary's schema history for this standby's journal: installed
@@ -278,6 +372,10 @@ pub fn adopt_schema(journal_dir: &Path, primary_history: &[u8]) -> Result<String
 /// The follower's state, shared with /status.
 pub struct Follower {
     opts: FollowOptions,
+    /// Raised to stop following (promotion); `run` returns once it is.
+    halt: tokio::sync::watch::Sender<bool>,
+    /// The address actually followed (one of `opts.primary`).
+    following: Mutex<String>,
     status: Mutex<FollowerStatus>,
     heard: Mutex<Option<Instant>>,
     connects: AtomicU64,
@@ -291,6 +389,8 @@ const LAG_US_MAX: u64 = 3_600_000_000;
 impl Follower {
     pub fn new(opts: FollowOptions) -> Arc<Follower> {
         Arc::new(Follower {
+            halt: tokio::sync::watch::channel(false).0,
+            following: Mutex::new(opts.primary.clone()),
             status: Mutex::new(FollowerStatus {
                 primary: opts.primary.clone(),
                 state: LinkState::Connecting,
@@ -300,6 +400,7 @@ impl Follower {
                 durable_seq: 0,
                 applied_seq: 0,
                 primary_seq: 0,
+                primary_epoch: 0,
                 lag_records: 0,
                 heard_ms_ago: 0.0,
                 connects: 0,
@@ -317,6 +418,22 @@ impl Follower {
 
     pub fn options(&self) -> &FollowOptions {
         &self.opts
+    }
+
+    /// The newest epoch this standby has heard its primary is at.
+    pub fn primary_epoch(&self) -> u32 {
+        self.status.lock().primary_epoch
+    }
+
+    /// The primary this standby follows now (from its list of addresses).
+    pub fn following(&self) -> String {
+        self.following.lock().clone()
+    }
+
+    /// Stops following (promotion): `run` returns `ReplError::Refused("halted")`
+    /// after the append in progress, if any, has been handed to the journal.
+    pub fn halt(&self) {
+        self.halt.send_replace(true);
     }
 
     pub fn status(&self, tp: &Tickerplant, applied: u64) -> FollowerStatus {
@@ -374,6 +491,26 @@ impl Follower {
         first: Option<Connected>,
         applied: Arc<dyn Fn() -> u64 + Send + Sync>,
     ) -> ReplError {
+        let mut halt = self.halt.subscribe();
+        if *halt.borrow() {
+            return ReplError::Refused("halted".into());
+        }
+        let me = self.clone();
+        tokio::select! {
+            e = me.run_until_refused(tp, first, applied) => e,
+            _ = halt.wait_for(|h| *h) => {
+                self.set(LinkState::Stopped, Some("halted: this node is being promoted".into()));
+                ReplError::Refused("halted".into())
+            }
+        }
+    }
+
+    async fn run_until_refused(
+        self: Arc<Self>,
+        tp: Arc<Tickerplant>,
+        first: Option<Connected>,
+        applied: Arc<dyn Fn() -> u64 + Send + Sync>,
+    ) -> ReplError {
         let mut first = first;
         let mut delay = RECONNECT_DELAY_MS_MIN;
         loop {
@@ -384,7 +521,9 @@ impl Follower {
                     let last = tp.seq();
                     let crc = last_crc(&tp, last);
                     match crc {
-                        Ok(crc) => connect(&self.opts, last, crc, false).await,
+                        Ok(crc) => {
+                            connect_any(&self.opts, last, crc, &tp.epoch_history(), false).await
+                        }
                         Err(e) => Err(e),
                     }
                 }
@@ -395,6 +534,11 @@ impl Follower {
                     tracing::error!("replication stopped: {reason}");
                     self.set(LinkState::Stopped, Some(reason.clone()));
                     return ReplError::Refused(reason);
+                }
+                Err(e @ ReplError::Diverged { .. }) => {
+                    tracing::error!("replication stopped: {e}");
+                    self.set(LinkState::Stopped, Some(e.to_string()));
+                    return e;
                 }
                 Err(e) => {
                     self.set(LinkState::Connecting, Some(e.to_string()));
@@ -411,11 +555,13 @@ impl Follower {
                 return ReplError::Refused(reason);
             }
             delay = RECONNECT_DELAY_MS_MIN;
+            *self.following.lock() = conn.addr.clone();
             self.connects.fetch_add(1, Ordering::Relaxed);
             {
                 let mut s = self.status.lock();
                 s.mode = Some(conn.mode);
                 s.primary_seq = conn.primary_seq;
+                s.primary_epoch = s.primary_epoch.max(conn.epochs.last_epoch());
             }
             *self.heard.lock() = Some(Instant::now());
             self.set(
@@ -428,7 +574,7 @@ impl Follower {
             );
             tracing::info!(
                 "replication: following {} from seq {} ({} mode; primary at seq {})",
-                self.opts.primary,
+                conn.addr,
                 tp.seq() + 1,
                 conn.mode.name(),
                 conn.primary_seq

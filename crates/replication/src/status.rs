@@ -47,6 +47,8 @@ pub struct StandbyLink {
 
 #[derive(Debug)]
 struct LinkInner {
+    /// The standby's HTTP address, for a switchover to reach it.
+    http: String,
     state: LinkState,
     reason: Option<String>,
     /// (last seq of a frame, bytes shipped up to it, when it was shipped).
@@ -57,6 +59,8 @@ struct LinkInner {
 pub struct StandbyStatus {
     pub name: String,
     pub peer: String,
+    /// Its HTTP address (empty when it did not say).
+    pub http: String,
     pub mode: Mode,
     pub state: LinkState,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -81,6 +85,7 @@ impl StandbyLink {
             mode,
             since: Instant::now(),
             inner: Mutex::new(LinkInner {
+                http: String::new(),
                 state: LinkState::CatchingUp,
                 reason: None,
                 shipped: VecDeque::new(),
@@ -131,6 +136,10 @@ impl StandbyLink {
         }
     }
 
+    pub fn set_http(&self, http: &str) {
+        self.inner.lock().http = http.to_string();
+    }
+
     pub fn status(&self, primary_seq: u64) -> StandbyStatus {
         let i = self.inner.lock();
         let durable = self.durable_seq.load(Ordering::Relaxed);
@@ -145,6 +154,7 @@ impl StandbyLink {
         StandbyStatus {
             name: self.name.clone(),
             peer: self.peer.clone(),
+            http: i.http.clone(),
             mode: self.mode,
             state: i.state,
             reason: i.reason.clone(),
@@ -222,6 +232,8 @@ pub struct FollowerStatus {
     pub applied_seq: u64,
     /// The primary's sequence as last heard.
     pub primary_seq: u64,
+    /// The primary's epoch at the last handshake.
+    pub primary_epoch: u32,
     pub lag_records: u64,
     /// Now minus the primary's clock in its last heartbeat or record: how
     /// stale this standby's view may be.

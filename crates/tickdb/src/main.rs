@@ -1,5 +1,6 @@
 //! `tickdb`: one binary, a subcommand per role.
 
+mod cmd_admin;
 mod cmd_journal;
 
 use clap::{Parser, Subcommand};
@@ -51,6 +52,14 @@ enum Cmd {
     Monitor(tickdb_stack::monitor::MonitorArgs),
     /// Inspect, verify and repair a journal directory.
     Journal(cmd_journal::JournalArgs),
+    /// Make a standby the primary, in a new epoch (docs/failover.md). Use
+    /// when its primary is lost and there is no etcd to fail over
+    /// automatically; make sure the old primary is down or cut off.
+    Promote(cmd_admin::PromoteArgs),
+    /// Hand the primary's role to a standby, losing nothing in any
+    /// replication mode: the primary stops taking writes, waits until the
+    /// standby holds everything, has it promoted and follows it.
+    Switchover(cmd_admin::SwitchoverArgs),
     /// Benchmarks against peers (QuestDB, the raw disk) measured in the same
     /// run; `bench report` regenerates docs/benchmarks.md.
     Bench(tickdb_bench::BenchArgs),
@@ -82,6 +91,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Journal(args) => cmd_journal::run(args),
+        Cmd::Promote(args) => cmd_admin::promote(args),
+        Cmd::Switchover(args) => cmd_admin::switchover(args),
         Cmd::Bench(args) => tickdb_bench::run(args),
         Cmd::Feed(args) => {
             init_logging();
@@ -110,7 +121,12 @@ fn main() -> ExitCode {
                     Cmd::Tp(a) => roles::tp(a).await,
                     Cmd::Rdb(a) => roles::rdb(a).await,
                     Cmd::Agg(a) => tickdb_stack::agg::run(a).await.map_err(|e| e.to_string()),
-                    Cmd::Journal(_) | Cmd::Bench(_) | Cmd::Feed(_) | Cmd::Monitor(_) => {
+                    Cmd::Journal(_)
+                    | Cmd::Bench(_)
+                    | Cmd::Feed(_)
+                    | Cmd::Monitor(_)
+                    | Cmd::Promote(_)
+                    | Cmd::Switchover(_) => {
                         unreachable!("handled above")
                     }
                 }

