@@ -160,3 +160,53 @@ def test_promote_refuses_a_primary_and_a_standby_behind_min_seq(cluster):
     assert repl_status(s)["role"] == "standby"
     r = run(["promote", "--node", "127.0.0.1:1"])
     assert r.returncode == 2, r.stderr
+
+
+def etcd_node(cluster, name: str, urls: str, extra: list[str] = (), start: bool = True):
+    return cluster.up(data_dir=cluster.tmp / name,
+                      extra=["--etcd", urls, "--node-name", name, "--lease-ttl-s", "1",
+                             "--fence-margin-ms", "300", *extra], start=start)
+
+
+@pytest.fixture
+def etcd(tmp_path):
+    from faultnet import Etcd, have_etcd
+    if not have_etcd():
+        pytest.skip("etcd is not installed (Debian's etcd-server)")
+    (tmp_path / "etcd").mkdir()
+    e = Etcd(tmp_path / "etcd", n=1)
+    e.start()
+    try:
+        yield e
+    finally:
+        e.stop()
+
+
+def test_etcd_elects_one_primary_and_fails_over_when_it_dies(cluster, etcd):
+    urls = ",".join(etcd.client_urls)
+    a = etcd_node(cluster, "a", urls)
+    wait_role(a, "primary")
+    b = etcd_node(cluster, "b", urls)
+    wait_role(b, "standby")
+    wait_streaming(b)
+    w = Writer(a)
+    w.write(20)
+    wait_caught_up(a, b)
+    epoch_a = repl_status(a)["epoch"]
+    t0 = time.monotonic()
+    a.kill9()
+    st = wait_role(b, "primary", timeout=20)
+    rto = time.monotonic() - t0
+    assert st["epoch"] > epoch_a, st
+    print(f"etcd failover: {rto:.2f} s")
+    assert rto < 10, rto
+    w2 = Writer(b)
+    w2.next_id = w.next_id
+    w2.write(10)
+    # The old primary comes back: etcd names b, so it follows b.
+    a2 = etcd_node(cluster, "a", urls)
+    wait_role(a2, "standby")
+    wait_streaming(a2)
+    wait_caught_up(b, a2)
+    assert compare(b.data_dir, a2.data_dir).returncode == 0
+    assert count(a2) == count(b) == len(w.acked) + len(w2.acked)

@@ -189,6 +189,33 @@ pub struct ReplArgs {
     /// Default: --bind, or 127.0.0.1 when --bind is 0.0.0.0.
     #[arg(long, value_name = "HOST")]
     pub advertise: Option<String>,
+    /// Automatic failover: the etcd cluster (its client URLs, e.g.
+    /// http://10.0.0.9:2379,http://10.0.0.10:2379). The node holding the
+    /// leader key, under a lease, is the primary; the others follow it, and
+    /// when the lease expires the standby with the highest (epoch,
+    /// sequence) takes over. Without etcd there is no automatic failover
+    /// (two nodes cannot tell a dead peer from a cut link): use `tickdb
+    /// promote`. See docs/failover.md.
+    #[arg(long, value_name = "URL[,URL...]")]
+    pub etcd: Option<String>,
+    /// The name of this failover group in etcd (its keys live under
+    /// /tickdb/NAME/). Every node of the group gives the same one.
+    #[arg(long, default_value = "tickdb", value_name = "NAME")]
+    pub cluster: String,
+    /// The leader lease's time to live (etcd counts it in whole seconds
+    /// and may raise it to its own minimum). A dead primary is replaced
+    /// about this long after it stopped renewing.
+    #[arg(long, default_value_t = 2, value_name = "SECONDS")]
+    pub lease_ttl_s: u64,
+    /// The primary stops acknowledging writes this long before its lease
+    /// could expire, if it has not renewed it (self-fencing on a monotonic
+    /// clock; the margin covers clock drift and the time a renewal takes).
+    #[arg(long, default_value_t = 500, value_name = "MS")]
+    pub fence_margin_ms: u64,
+    /// How often every node looks at the leader key (and renews its lease
+    /// a few times per TTL): with the TTL, the detection time.
+    #[arg(long, default_value_t = 100, value_name = "MS")]
+    pub failover_check_ms: u64,
 }
 
 impl ReplArgs {

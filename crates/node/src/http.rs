@@ -194,7 +194,19 @@ async fn write(
         return StatusCode::NO_CONTENT.into_response();
     }
     match tp.write(batches).await {
-        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        // Where the update went: a client that follows a failover can check
+        // its acknowledgements against the journals (docs/failover.md).
+        Ok(seq) => (
+            StatusCode::NO_CONTENT,
+            [
+                ("x-tickdb-seq", seq.to_string()),
+                (
+                    "x-tickdb-epoch",
+                    tp.epoch_history().epoch_at(seq).to_string(),
+                ),
+            ],
+        )
+            .into_response(),
         Err(e) => tp_error(e),
     }
 }

@@ -28,6 +28,8 @@ pub struct Replication {
     /// One promotion at a time.
     pub promoting: tokio::sync::Mutex<()>,
     pub failover: Arc<crate::failover::FailoverState>,
+    /// With --etcd: automatic failover's client and settings.
+    pub etcd: Option<Arc<crate::leader::Etcd>>,
 }
 
 /// What a node needs before its tickerplant opens.
@@ -48,8 +50,13 @@ pub struct Prepared {
     /// Divergent suffixes cut before the journal opened (an old primary
     /// rejoining), as failover events.
     pub cuts: Vec<serde_json::Value>,
-    /// The primary followed: `--standby-of`, or the one a demotion named.
+    /// The primary followed: `--standby-of`, the one a demotion named, or
+    /// etcd's leader.
     pub standby_of: Option<String>,
+    /// With --etcd: the client, and the epoch this node was elected in at
+    /// start (it opens fenced and begins it).
+    pub etcd: Option<Arc<crate::leader::Etcd>>,
+    pub elected: Option<u32>,
 }
 
 /// The primary a node follows: the one its demotion named (REJOIN_ENV,
@@ -149,7 +156,37 @@ pub async fn prepare(
         .node_name
         .clone()
         .unwrap_or_else(|| advertised.repl.clone());
-    let Some(primary) = standby_of(a) else {
+    let journal_dir = data_dir.join("journal");
+    let etcd = match &a.etcd {
+        Some(urls) => Some(Arc::new(crate::leader::Etcd::new(
+            urls,
+            &a.cluster,
+            a.lease_ttl_s,
+            a.fence_margin_ms,
+            a.failover_check_ms,
+            &name,
+            advertised.clone(),
+        )?)),
+        None => None,
+    };
+    let mut primary = standby_of(a);
+    let mut elected = None;
+    if let (Some(e), None) = (&etcd, &primary) {
+        let (last, _) = local_tail(&journal_dir)?;
+        let epochs = tickdb_journal::EpochHistory::read(&tickdb_journal::FsStorage, &journal_dir)
+            .map_err(|e| e.to_string())?;
+        match crate::leader::decide_at_start(e, epochs.last_epoch(), last, life).await? {
+            crate::leader::StartRole::Primary { epoch } => {
+                tracing::warn!("failover: elected primary by etcd in epoch {epoch}");
+                elected = Some(epoch);
+            }
+            crate::leader::StartRole::StandbyOf(p) => {
+                tracing::info!("failover: etcd names {p} the primary; following it");
+                primary = Some(p);
+            }
+        }
+    }
+    let Some(primary) = primary else {
         return Ok(Prepared {
             secret,
             secret_source: source,
@@ -159,9 +196,10 @@ pub async fn prepare(
             refused: None,
             cuts: Vec::new(),
             standby_of: None,
+            etcd,
+            elected,
         });
     };
-    let journal_dir = data_dir.join("journal");
     life.starting(&format!("connecting to the primary {primary}"));
     let opts = FollowOptions {
         primary: primary.clone(),
@@ -231,6 +269,8 @@ pub async fn prepare(
                     refused: Some(r),
                     cuts,
                     standby_of: Some(primary),
+                    etcd,
+                    elected: None,
                 });
             }
             Err(ReplError::Refused(r)) => return Err(r),
@@ -248,6 +288,8 @@ pub async fn prepare(
                     refused: None,
                     cuts,
                     standby_of: Some(primary),
+                    etcd,
+                    elected: None,
                 });
             }
             Err(e) => {
@@ -297,6 +339,8 @@ pub async fn prepare(
         refused: None,
         cuts,
         standby_of: Some(primary),
+        etcd,
+        elected: None,
     })
 }
 
@@ -437,6 +481,7 @@ pub fn start(
         secret_source: prepared.secret_source,
         promoting: tokio::sync::Mutex::new(()),
         failover,
+        etcd: prepared.etcd,
     })
 }
 
@@ -498,6 +543,9 @@ impl Replication {
         }
         if let Some(f) = self.follower() {
             v["primary"] = serde_json::to_value(f.status(tp, applied)).unwrap_or_default();
+        }
+        if let Some(e) = &self.etcd {
+            v["etcd"] = e.status(tp);
         }
         v
     }

@@ -170,6 +170,7 @@ fn tp_config(
         standby_of: crate::replication::standby_of(&a.repl),
         sync: a.repl.sync_policy(),
         first_seq: None,
+        start_fenced: None,
     }
 }
 
@@ -270,16 +271,38 @@ fn check_data_dir(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// How a node's tp opens: where its journal starts (a reseed), whom it
+/// follows, and whether it opens fenced (elected, its epoch not begun).
+struct OpenAs {
+    first_seq: Option<u64>,
+    standby_of: Option<String>,
+    start_fenced: Option<String>,
+}
+
+impl OpenAs {
+    fn of(prepared: &crate::replication::Prepared) -> OpenAs {
+        OpenAs {
+            first_seq: prepared.reseeded.as_ref().map(|r| r.journal_from),
+            standby_of: prepared.standby_of.clone(),
+            start_fenced: prepared
+                .elected
+                .map(|e| format!("elected primary by etcd; beginning epoch {e}")),
+        }
+    }
+}
+
 fn open_tp(
     a: &TpArgs,
     schema: Arc<Schema>,
     schema_toml: String,
     schema_origin: String,
-    first_seq: Option<u64>,
+    open_as: OpenAs,
 ) -> Result<Arc<Tickerplant>, String> {
     check_data_dir(&a.data_dir)?;
     let mut cfg = tp_config(a, schema, schema_toml, schema_origin);
-    cfg.first_seq = first_seq;
+    cfg.first_seq = open_as.first_seq;
+    cfg.standby_of = open_as.standby_of;
+    cfg.start_fenced = open_as.start_fenced;
     let (tp, report) = Tickerplant::open(cfg).map_err(|e| e.to_string())?;
     tracing::info!("journal {}: {report}", a.data_dir.join("journal").display());
     Ok(tp)
@@ -373,7 +396,8 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
     )
     .await?;
     let reseeded = prepared.reseeded.clone();
-    let first_seq = reseeded.as_ref().map(|r| r.journal_from);
+    let open_as = OpenAs::of(&prepared);
+    let elected = prepared.elected;
     node.life
         .starting("opening the journal and the Hot Restart store");
     // The journal's recovery scan and the Hot Restart store's reload read
@@ -391,7 +415,7 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
             let hot = std::thread::Builder::new()
                 .name("hot-restart-reload".into())
                 .spawn_scoped(s, || crate::persist::open(&hot_args));
-            let tp = open_tp(&tp_args, tp_schema, tp_toml, origin, first_seq);
+            let tp = open_tp(&tp_args, tp_schema, tp_toml, origin, open_as);
             let hot = match hot {
                 Ok(h) => h
                     .join()
@@ -452,6 +476,9 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
             Some(snapshots),
             adv,
         );
+        if let Some(e) = repl.etcd.clone() {
+            tokio::spawn(crate::leader::run(e, node.clone(), elected));
+        }
         node.set_replication(repl);
     }
     let mut schedule = {
@@ -527,20 +554,19 @@ pub async fn tp(a: TpOnlyArgs) -> Result<(), String> {
         prepare_replication(&a.tp, &adv, &node, None, (schema, toml)).await?;
     node.life.starting("opening the journal");
     let (tp_args, origin) = (a.tp.clone(), schema_origin(&a.schema));
+    let open_as = OpenAs::of(&prepared);
+    let elected = prepared.elected;
     let tp = blocking("opening the journal", move || {
-        open_tp(&tp_args, Arc::new(schema), toml, origin, None)
+        open_tp(&tp_args, Arc::new(schema), toml, origin, open_as)
     })
     .await?;
     node.set_tp(tp.clone());
-    node.set_replication(crate::replication::start(
-        repl_l,
-        &tp,
-        &a.tp.repl,
-        prepared,
-        Arc::new(|| 0),
-        None,
-        adv,
-    ));
+    let repl =
+        crate::replication::start(repl_l, &tp, &a.tp.repl, prepared, Arc::new(|| 0), None, adv);
+    if let Some(e) = repl.etcd.clone() {
+        tokio::spawn(crate::leader::run(e, node.clone(), elected));
+    }
+    node.set_replication(repl);
     node.life.ready();
     tokio::spawn(tickdb_tp::ilp_tcp::serve(ilp_l, tp.clone()));
     tokio::spawn(tickdb_tp::sub_server::serve(sub_l, tp.clone()));

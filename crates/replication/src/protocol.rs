@@ -709,7 +709,7 @@ mod tests {
                 name: "primary:8711".into(),
             },
             Message::Hello {
-                version: 1,
+                version: PROTOCOL_VERSION,
                 nonce: [1; 32],
                 proof: [2; 32],
                 from_seq: 42,
@@ -717,6 +717,18 @@ mod tests {
                 last_crc: 0xdead_beef,
                 flags: FLAG_CAN_RESEED,
                 name: "standby".into(),
+                http: "10.0.0.2:8700".into(),
+                epochs: tickdb_journal::EpochHistory::new(vec![
+                    tickdb_journal::EpochStart {
+                        epoch: 1,
+                        first_seq: 1,
+                    },
+                    tickdb_journal::EpochStart {
+                        epoch: 4,
+                        first_seq: 30,
+                    },
+                ])
+                .unwrap(),
             },
             Message::Welcome {
                 proof: [3; 32],
@@ -724,6 +736,8 @@ mod tests {
                 first_seq_held: 1,
                 mode: Mode::SemiSync,
                 interval_ms: 0,
+                epochs: Default::default(),
+                role: ROLE_STANDBY,
             },
             Message::Refuse {
                 reason: "diverged".into(),
@@ -757,6 +771,12 @@ mod tests {
                 payload: vec![1; 10],
             },
             Message::SnapshotEnd { seq: 41 },
+            Message::Diverged {
+                proof: [5; 32],
+                keep_through: 90,
+                primary_epoch: 2,
+                reason: "cut".into(),
+            },
         ]
     }
 

@@ -6,7 +6,8 @@
 //! so no write is acknowledged after the fence goes up.
 
 use parking_lot::RwLock;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Role {
@@ -37,6 +38,13 @@ impl Role {
 pub struct RoleCell {
     role: RwLock<Role>,
     accepting: AtomicBool,
+    /// With a leader lease (etcd): writes are taken only before this
+    /// instant, in ns after `base` (0: no lease, no deadline). Read on the
+    /// write and acknowledgement paths themselves, so a primary that was
+    /// paused past its lease (SIGSTOP, a long stall) refuses the moment it
+    /// runs again, before any timer has had a chance to fence it.
+    lease_deadline_ns: AtomicU64,
+    base: Instant,
 }
 
 impl RoleCell {
@@ -45,12 +53,38 @@ impl RoleCell {
         RoleCell {
             role: RwLock::new(role),
             accepting: AtomicBool::new(accepting),
+            lease_deadline_ns: AtomicU64::new(0),
+            base: Instant::now(),
         }
     }
 
     /// True while writes may be journaled and acknowledged here.
     pub fn accepting(&self) -> bool {
-        self.accepting.load(Ordering::Acquire)
+        self.accepting.load(Ordering::Acquire) && !self.lease_expired()
+    }
+
+    fn lease_expired(&self) -> bool {
+        let d = self.lease_deadline_ns.load(Ordering::Acquire);
+        d != 0 && self.base.elapsed().as_nanos() as u64 >= d
+    }
+
+    /// Writes are taken only until `until` (a leader lease's end, less a
+    /// margin); None: no lease.
+    pub fn set_lease_deadline(&self, until: Option<Instant>) {
+        let ns = match until {
+            None => 0,
+            Some(t) => (t.saturating_duration_since(self.base).as_nanos() as u64).max(1),
+        };
+        self.lease_deadline_ns.store(ns, Ordering::Release);
+    }
+
+    /// How long the lease still lets this primary take writes (None: no
+    /// lease).
+    pub fn lease_left(&self) -> Option<std::time::Duration> {
+        let d = self.lease_deadline_ns.load(Ordering::Acquire);
+        (d != 0).then(|| {
+            std::time::Duration::from_nanos(d.saturating_sub(self.base.elapsed().as_nanos() as u64))
+        })
     }
 
     pub fn get(&self) -> Role {
@@ -75,7 +109,10 @@ impl RoleCell {
             return None;
         }
         match self.get() {
-            Role::Primary => None,
+            Role::Primary => Some(crate::error::TpError::Fenced {
+                reason: "its leader lease could not be renewed in time (etcd not reached)".into(),
+                primary: None,
+            }),
             Role::Standby { primary } => Some(crate::error::TpError::Standby { primary }),
             Role::Fenced { reason, primary } => {
                 Some(crate::error::TpError::Fenced { reason, primary })

@@ -446,6 +446,13 @@ fn diverged(tp: &Tickerplant, from_seq: u64, epoch: u32) -> Option<String> {
     if epoch == tickdb_net::proto::EPOCH_UNKNOWN {
         return None;
     }
+    if epoch > tp.epoch() {
+        return Some(format!(
+            "diverged: the subscriber holds records of epoch {epoch}, and this tp is at epoch {}, an older one: \
+             it was deposed; subscribe to the current primary",
+            tp.epoch()
+        ));
+    }
     let last = from_seq
         .checked_sub(1)
         .filter(|&s| s >= 1 && s <= tp.seq())?;

@@ -73,6 +73,9 @@ pub struct TpConfig {
     /// A new journal starts at this sequence (a standby reseeded from its
     /// primary's tables continues the journal where the primary's is).
     pub first_seq: Option<u64>,
+    /// Open fenced, for this reason: a node elected primary by etcd takes
+    /// no write until its new epoch has begun.
+    pub start_fenced: Option<String>,
 }
 
 impl TpConfig {
@@ -100,6 +103,7 @@ impl TpConfig {
             standby_of: None,
             sync: None,
             first_seq: None,
+            start_fenced: None,
         }
     }
 }
@@ -250,12 +254,18 @@ impl Tickerplant {
             .synced_seq
             .store(journal.synced_seq(), Ordering::Relaxed);
         *counters.epochs.lock() = journal.epoch_history().clone();
-        let role = Arc::new(crate::role::RoleCell::new(match &cfg.standby_of {
-            Some(primary) => crate::role::Role::Standby {
-                primary: primary.clone(),
+        let role = Arc::new(crate::role::RoleCell::new(
+            match (&cfg.standby_of, &cfg.start_fenced) {
+                (Some(primary), _) => crate::role::Role::Standby {
+                    primary: primary.clone(),
+                },
+                (None, Some(reason)) => crate::role::Role::Fenced {
+                    reason: reason.clone(),
+                    primary: None,
+                },
+                (None, None) => crate::role::Role::Primary,
             },
-            None => crate::role::Role::Primary,
-        }));
+        ));
         let (tx, rx) = crossbeam_channel::bounded(WRITE_QUEUE_REQUESTS_MAX);
         let (committed_tx, committed) = tokio::sync::watch::channel(last);
         let mut threads = Vec::new();
@@ -451,6 +461,16 @@ impl Tickerplant {
             reason: reason.to_string(),
             primary,
         });
+    }
+
+    /// A primary under a leader lease takes writes only until `until`.
+    pub fn set_lease_deadline(&self, until: Option<std::time::Instant>) {
+        self.role.set_lease_deadline(until);
+    }
+
+    /// How long the leader lease still lets this primary take writes.
+    pub fn lease_left(&self) -> Option<std::time::Duration> {
+        self.role.lease_left()
     }
 
     /// Times this tp stopped taking writes as a primary (fenced).
