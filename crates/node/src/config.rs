@@ -151,8 +151,11 @@ pub struct ReplArgs {
     /// Run as a standby of the primary whose --repl-port is HOST:PORT: its
     /// journal is appended to this node's, byte for byte; this node refuses
     /// writes (naming the primary) and answers queries from what it has.
-    /// The schema comes from the primary (--schema is not allowed).
-    #[arg(long, value_name = "HOST:PORT")]
+    /// The schema comes from the primary (--schema is not allowed). Several
+    /// addresses (HOST:PORT,HOST:PORT) name the nodes of a failover group:
+    /// the standby follows the one that is the primary. With --etcd, etcd
+    /// says who the primary is and this flag is not needed.
+    #[arg(long, value_name = "HOST:PORT[,HOST:PORT...]")]
     pub standby_of: Option<String>,
     /// How this node ships records to its standbys.
     #[arg(long, value_enum, default_value = "async")]

@@ -228,11 +228,11 @@ fn tp_error(e: TpError) -> Response {
             e.to_string(),
             json!({}),
         ),
-        TpError::Standby { primary } => json_error(
+        TpError::Standby { primary, http, ilp } => json_error(
             StatusCode::SERVICE_UNAVAILABLE,
             "standby",
             e.to_string(),
-            json!({ "primary": primary }),
+            json!({ "primary": primary, "primary_http": http, "primary_ilp": ilp }),
         ),
         TpError::Fenced { primary, .. } => json_error(
             StatusCode::SERVICE_UNAVAILABLE,

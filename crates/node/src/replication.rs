@@ -444,6 +444,8 @@ pub fn start(
         },
         secret: prepared.secret.clone(),
         snapshots,
+        http: advertised.http.clone(),
+        ilp: advertised.ilp.clone(),
     });
     tokio::spawn(primary::serve(listener, tp.clone(), opts, standbys.clone()));
     let failover = Arc::new(crate::failover::FailoverState {

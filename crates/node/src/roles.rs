@@ -78,8 +78,12 @@ pub struct TpOnlyArgs {
 #[derive(Args, Debug)]
 #[command(after_help = crate::config::LISTEN_HELP)]
 pub struct RdbArgs {
-    /// The tp's subscription address (its --tp-port).
-    #[arg(long, value_name = "HOST:PORT")]
+    /// The tp's subscription address (its --tp-port), or several (the nodes
+    /// of a failover group): the rdb subscribes at the primary among them
+    /// (a standby when none is), resumes on the new primary after a
+    /// failover by (epoch, sequence), and stops with the reason when that
+    /// primary never had its last records (docs/failover.md).
+    #[arg(long, value_name = "HOST:PORT[,HOST:PORT...]")]
     pub tp: String,
     #[command(flatten)]
     pub net: NetArgs,

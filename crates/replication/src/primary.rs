@@ -39,6 +39,10 @@ pub struct PrimaryOptions {
     /// The tables a standby is reseeded from (an `up` node's rdb); None on
     /// a node without tables.
     pub snapshots: Option<Arc<dyn SnapshotSource>>,
+    /// Where clients write to this node (HTTP and ILP TCP, host:port), sent
+    /// to standbys so that their refusals can name it.
+    pub http: String,
+    pub ilp: String,
 }
 
 impl std::fmt::Debug for dyn SnapshotSource {
@@ -338,6 +342,8 @@ async fn serve_one(
                 0
             },
             epochs: my_epochs,
+            http: opts.http.clone(),
+            ilp: opts.ilp.clone(),
             role: match tp.role() {
                 tickdb_tp::Role::Primary => protocol::ROLE_PRIMARY,
                 tickdb_tp::Role::Standby { .. } => protocol::ROLE_STANDBY,

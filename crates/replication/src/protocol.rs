@@ -65,6 +65,8 @@
 //!     u64 interval_ms     the shipping interval in interval mode (else 0)
 //!     epochs              the primary's epoch history
 //!     u8 role             0 primary, 1 standby (a chained one), 2 fenced
+//!     str16 http          where clients write to it: HTTP host:port
+//!     str16 ilp           and ILP TCP host:port (for a standby's refusals)
 //! 4 Refuse        either way, then close
 //!     rest reason         UTF-8 text naming what is wrong
 //! 5 SchemaHistory primary -> standby
@@ -227,6 +229,8 @@ pub enum Message {
         interval_ms: u64,
         epochs: tickdb_journal::EpochHistory,
         role: u8,
+        http: String,
+        ilp: String,
     },
     Diverged {
         proof: [u8; NONCE_BYTES],
@@ -358,6 +362,8 @@ impl Message {
                 interval_ms,
                 epochs,
                 role,
+                http,
+                ilp,
             } => {
                 body.extend_from_slice(proof);
                 body.extend_from_slice(&primary_seq.to_le_bytes());
@@ -366,6 +372,8 @@ impl Message {
                 body.extend_from_slice(&interval_ms.to_le_bytes());
                 encode_epochs(&mut body, epochs)?;
                 body.push(*role);
+                str16(&mut body, http)?;
+                str16(&mut body, ilp)?;
             }
             Message::Diverged {
                 proof,
@@ -497,6 +505,8 @@ impl Message {
                 interval_ms: c.u64()?,
                 epochs: c.epochs()?,
                 role: c.u8()?,
+                http: c.str16()?,
+                ilp: c.str16()?,
             },
             TYPE_DIVERGED => Message::Diverged {
                 proof: c.array()?,
@@ -738,6 +748,8 @@ mod tests {
                 interval_ms: 0,
                 epochs: Default::default(),
                 role: ROLE_STANDBY,
+                http: "10.0.0.1:8700".into(),
+                ilp: "10.0.0.1:8709".into(),
             },
             Message::Refuse {
                 reason: "diverged".into(),

@@ -71,6 +71,9 @@ pub struct Connected {
     pub role: u8,
     /// The address this connection reached.
     pub addr: String,
+    /// Where clients write to the peer (HTTP, ILP TCP).
+    pub http: String,
+    pub ilp: String,
     /// The primary's journal/SCHEMA file.
     pub schema_history: Vec<u8>,
     /// A reseed follows (the tables as of `seq`, then the journal from
@@ -179,7 +182,8 @@ pub async fn connect(
                 opts.primary
             ))
         };
-        let (primary_seq, first_seq_held, mode, primary_epochs, role) = match answer {
+        let (primary_seq, first_seq_held, mode, primary_epochs, role, p_http, p_ilp) = match answer
+        {
             Message::Refuse { reason } => {
                 return Err(ReplError::Refused(format!(
                     "the primary {} ({name}) refused: {reason}",
@@ -208,12 +212,22 @@ pub async fn connect(
                 mode,
                 epochs: primary_epochs,
                 role,
+                http,
+                ilp,
                 ..
             } => {
                 if !authentic(&proof) {
                     return Err(not_authentic());
                 }
-                (primary_seq, first_seq_held, mode, primary_epochs, role)
+                (
+                    primary_seq,
+                    first_seq_held,
+                    mode,
+                    primary_epochs,
+                    role,
+                    http,
+                    ilp,
+                )
             }
             other => {
                 return Err(ReplError::Protocol(format!(
@@ -278,6 +292,8 @@ pub async fn connect(
             epochs: primary_epochs,
             role,
             addr: opts.primary.clone(),
+            http: p_http,
+            ilp: p_ilp,
             schema_history: schema,
             reseed,
         })
@@ -556,6 +572,7 @@ impl Follower {
             }
             delay = RECONNECT_DELAY_MS_MIN;
             *self.following.lock() = conn.addr.clone();
+            tp.set_primary_endpoints(&conn.http, &conn.ilp);
             self.connects.fetch_add(1, Ordering::Relaxed);
             {
                 let mut s = self.status.lock();

@@ -38,8 +38,14 @@ const LOG_EVERY: Duration = Duration::from_secs(10);
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct AggArgs {
-    /// The tp's subscription address (its --tp-port).
-    #[arg(long, default_value = "127.0.0.1:8710", value_name = "HOST:PORT")]
+    /// The tp's subscription address (its --tp-port), or several (the nodes
+    /// of a failover group): the agg subscribes at the primary among them
+    /// and publishes to it, and follows a failover to the new primary.
+    #[arg(
+        long,
+        default_value = "127.0.0.1:8710",
+        value_name = "HOST:PORT[,HOST:PORT...]"
+    )]
     pub tp: String,
     /// Changed bars are published back to the tp at most this often, all in
     /// one write.

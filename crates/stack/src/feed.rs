@@ -99,8 +99,13 @@ pub fn default_prestress_rows() -> u64 {
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct FeedArgs {
-    /// The tp's host.
-    #[arg(long, default_value = "127.0.0.1")]
+    /// The tp's host, or several (HOST,HOST,...: the nodes of a failover
+    /// group, all on the same ports): the feed writes to the first that
+    /// takes writes and moves to the next when a connection fails or a
+    /// node refuses (a standby, a fenced old primary). Over TCP the batch
+    /// in flight when a connection breaks is lost (ILP over TCP has no
+    /// acknowledgements); over HTTP a refused batch is sent again.
+    #[arg(long, default_value = "127.0.0.1", value_name = "HOST[,HOST...]")]
     pub host: String,
     /// The tp's ILP TCP port (--transport tcp).
     #[arg(long, default_value_t = 8709)]
@@ -161,18 +166,150 @@ pub struct FeedSummary {
     pub seconds: f64,
     pub rate_achieved: f64,
     pub interrupted: bool,
+    /// Times the feed moved to another host (a failover).
+    pub reconnects: u64,
+    /// Rows in TCP batches whose connection broke (maybe lost).
+    pub rows_in_broken_batches: u64,
 }
 
-/// Where the feed writes: one TCP connection, or HTTP requests.
+/// Where the feed writes: one TCP connection, or HTTP requests, to one of
+/// the hosts given.
 enum Sink {
     Tcp(TcpStream),
     Http(HttpClient),
 }
 
+/// Time to wait between passes over every host when none takes writes.
+const FAILOVER_RETRY_MS: u64 = 50;
+/// Give up after this long without any host taking writes.
+const FAILOVER_GIVE_UP_S: u64 = 120;
+
+/// The sink to one host of several, moving to the next on failure.
+struct Follow {
+    hosts: Vec<String>,
+    at: usize,
+    transport: Transport,
+    ilp_port: u16,
+    http_port: u16,
+    sink: Option<Sink>,
+    reconnects: u64,
+    broken_rows: u64,
+}
+
+impl Follow {
+    fn new(a: &FeedArgs) -> Result<Follow> {
+        let hosts: Vec<String> = a
+            .host
+            .split(',')
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty())
+            .collect();
+        if hosts.is_empty() {
+            return Err(StackError::BadInput("--host names no host".into()));
+        }
+        Ok(Follow {
+            hosts,
+            at: 0,
+            transport: a.transport,
+            ilp_port: a.ilp_port,
+            http_port: a.http_port,
+            sink: None,
+            reconnects: 0,
+            broken_rows: 0,
+        })
+    }
+
+    fn open(&self) -> Result<Sink> {
+        let host = &self.hosts[self.at];
+        Ok(match self.transport {
+            Transport::Tcp => {
+                let addr = format!("{host}:{}", self.ilp_port);
+                let sock = TcpStream::connect(&addr)
+                    .map_err(StackError::io(format!("connecting to ILP TCP at {addr}")))?;
+                sock.set_nodelay(true)
+                    .map_err(StackError::io("ILP TCP nodelay"))?;
+                Sink::Tcp(sock)
+            }
+            Transport::Http => Sink::Http(HttpClient::new(&format!("{host}:{}", self.http_port))),
+        })
+    }
+
+    /// Sends `buf` (`rows` rows), moving to the next host when this one
+    /// fails; errors only when no host has taken it for FAILOVER_GIVE_UP_S.
+    fn send(&mut self, buf: &[u8], rows: u64) -> Result<()> {
+        let since = Instant::now();
+        loop {
+            if self.sink.is_none() {
+                match self.open() {
+                    Ok(s) => self.sink = Some(s),
+                    Err(e) => {
+                        self.next_host(&e, since)?;
+                        continue;
+                    }
+                }
+            }
+            let r = match self.sink.as_mut() {
+                Some(s) => s.send(buf),
+                None => continue,
+            };
+            match r {
+                Ok(()) => return Ok(()),
+                Err(e) if self.hosts.len() == 1 && self.transport == Transport::Tcp => {
+                    return Err(e)
+                }
+                Err(e) => {
+                    if self.transport == Transport::Tcp {
+                        // No acknowledgements over TCP: what broke is not
+                        // sent again, so nothing is written twice.
+                        self.broken_rows += rows;
+                        self.sink = None;
+                        self.next_host(&e, since)?;
+                        return Ok(());
+                    }
+                    self.sink = None;
+                    self.next_host(&e, since)?;
+                }
+            }
+        }
+    }
+
+    fn next_host(&mut self, why: &StackError, since: Instant) -> Result<()> {
+        if since.elapsed() >= Duration::from_secs(FAILOVER_GIVE_UP_S) {
+            return Err(StackError::Server(format!(
+                "no host of {} took writes for {FAILOVER_GIVE_UP_S} s; last: {why}",
+                self.hosts.join(",")
+            )));
+        }
+        tracing::warn!("feed: {}: {why}; trying the next host", self.hosts[self.at]);
+        self.at = (self.at + 1) % self.hosts.len();
+        self.reconnects += 1;
+        if self.at == 0 {
+            std::thread::sleep(Duration::from_millis(FAILOVER_RETRY_MS));
+        }
+        Ok(())
+    }
+}
+
 impl Sink {
     fn send(&mut self, buf: &[u8]) -> Result<()> {
         match self {
-            Sink::Tcp(s) => s.write_all(buf).map_err(StackError::io("ILP TCP write")),
+            Sink::Tcp(s) => {
+                s.write_all(buf).map_err(StackError::io("ILP TCP write"))?;
+                // A standby closes ILP connections at once: notice it
+                // before the next batch, not a batch later.
+                let mut probe = [0u8; 1];
+                s.set_nonblocking(true).map_err(StackError::io("ILP TCP"))?;
+                let r = std::io::Read::read(s, &mut probe);
+                s.set_nonblocking(false)
+                    .map_err(StackError::io("ILP TCP"))?;
+                match r {
+                    Ok(0) => Err(StackError::Server(
+                        "the tp closed the ILP connection".into(),
+                    )),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(()),
+                    Ok(_) | Err(_) => Ok(()),
+                }
+            }
             Sink::Http(c) => post_write(c, buf),
         }
     }
@@ -222,7 +359,9 @@ fn prestress(
     clock: &mut TickClock,
     s: &mut FeedSummary,
 ) -> Result<()> {
-    let mut http = HttpClient::new(&format!("{}:{}", a.host, a.http_port));
+    // The prestress goes to the first host (the primary when it starts).
+    let first = a.host.split(',').next().unwrap_or_default().trim();
+    let mut http = HttpClient::new(&format!("{first}:{}", a.http_port));
     let pb = bar(
         Some(rows),
         "prestress {bar:30} {human_pos}/{human_len} rows {per_sec} eta {eta}",
@@ -269,17 +408,8 @@ fn paced(
     clock: &mut TickClock,
     s: &mut FeedSummary,
 ) -> Result<()> {
-    let mut sink = match a.transport {
-        Transport::Tcp => {
-            let addr = format!("{}:{}", a.host, a.ilp_port);
-            let sock = TcpStream::connect(&addr)
-                .map_err(StackError::io(format!("connecting to ILP TCP at {addr}")))?;
-            sock.set_nodelay(true)
-                .map_err(StackError::io("ILP TCP nodelay"))?;
-            Sink::Tcp(sock)
-        }
-        Transport::Http => Sink::Http(HttpClient::new(&format!("{}:{}", a.host, a.http_port))),
-    };
+    let mut sink = Follow::new(a)?;
+    sink.sink = Some(sink.open()?);
     let duration = a.duration.map(Duration::from_secs_f64);
     let pb = bar(
         duration.map(|d| d.as_millis() as u64),
@@ -304,7 +434,7 @@ fn paced(
         if n > 0 {
             buf.clear();
             let trades = generate(sim, clock, n, &mut buf);
-            sink.send(&buf)?;
+            sink.send(&buf, n)?;
             sent += n;
             s.trades += trades;
             s.quotes += n - trades;
@@ -336,10 +466,12 @@ fn paced(
             next_wake = now;
         }
     }
-    if let Sink::Tcp(sock) = &mut sink {
+    if let Some(Sink::Tcp(sock)) = &mut sink.sink {
         let _ = sock.flush();
         let _ = sock.shutdown(std::net::Shutdown::Write);
     }
+    s.reconnects = sink.reconnects;
+    s.rows_in_broken_batches = sink.broken_rows;
     pb.finish_and_clear();
     s.rows = sent;
     s.seconds = start.elapsed().as_secs_f64();

@@ -18,6 +18,10 @@ pub const IO_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub struct HttpClient {
     addr: String,
+    /// Every address given (HOST:PORT,HOST:PORT: the nodes of a failover
+    /// group); `addr` is the one in use, and a connection that cannot be
+    /// made moves to the next.
+    addrs: Vec<String>,
     conn: Option<BufReader<TcpStream>>,
 }
 
@@ -26,10 +30,18 @@ fn proto(m: impl Into<String>) -> StackError {
 }
 
 impl HttpClient {
-    /// `addr` is HOST:PORT; nothing is connected until the first request.
+    /// `addr` is HOST:PORT, or several separated by commas (the first that
+    /// can be connected to is used, the next when it cannot be any more);
+    /// nothing is connected until the first request.
     pub fn new(addr: &str) -> HttpClient {
+        let addrs: Vec<String> = addr
+            .split(',')
+            .map(|a| a.trim().to_string())
+            .filter(|a| !a.is_empty())
+            .collect();
         HttpClient {
-            addr: addr.to_string(),
+            addr: addrs.first().cloned().unwrap_or_default(),
+            addrs,
             conn: None,
         }
     }
@@ -38,9 +50,32 @@ impl HttpClient {
         &self.addr
     }
 
-    fn connect(&self) -> Result<BufReader<TcpStream>> {
-        let what = || format!("connecting to {}", self.addr);
-        let s = TcpStream::connect(&self.addr).map_err(StackError::io(what()))?;
+    fn connect(&mut self) -> Result<BufReader<TcpStream>> {
+        let start = self.addrs.iter().position(|a| *a == self.addr).unwrap_or(0);
+        let mut last = None;
+        for i in 0..self.addrs.len().max(1) {
+            let a = self
+                .addrs
+                .get((start + i) % self.addrs.len().max(1))
+                .cloned()
+                .unwrap_or_default();
+            match self.connect_one(&a) {
+                Ok(c) => {
+                    if a != self.addr {
+                        tracing::warn!("{} cannot be reached; using {a}", self.addr);
+                        self.addr = a;
+                    }
+                    return Ok(c);
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| proto("no address to connect to")))
+    }
+
+    fn connect_one(&self, addr: &str) -> Result<BufReader<TcpStream>> {
+        let what = || format!("connecting to {addr}");
+        let s = TcpStream::connect(addr).map_err(StackError::io(what()))?;
         s.set_read_timeout(Some(IO_TIMEOUT))
             .map_err(StackError::io(what()))?;
         s.set_nodelay(true).map_err(StackError::io(what()))?;

@@ -67,8 +67,14 @@ pub const CSV_HEADER: [&str; 17] = [
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct MonitorArgs {
-    /// The rdb's HTTP address (its --http-port).
-    #[arg(long, default_value = "127.0.0.1:8701", value_name = "HOST:PORT")]
+    /// The rdb's HTTP address (its --http-port), or several (the nodes of a
+    /// failover group): the first that answers is polled, the next once it
+    /// cannot be reached.
+    #[arg(
+        long,
+        default_value = "127.0.0.1:8701",
+        value_name = "HOST:PORT[,HOST:PORT...]"
+    )]
     pub rdb: String,
     /// Poll the rdb this often (the Optane kdb+ study's monitor: every 2 s).
     #[arg(long, default_value_t = 2000)]

@@ -24,10 +24,17 @@ pub enum TpError {
     #[error("{0}")]
     Io(String),
     /// This node is a standby: it takes records from its primary only.
+    /// `primary` is its replication address; `http` and `ilp` where clients
+    /// write to it, once the standby has heard them from it.
     #[error(
-        "this node is a standby of {primary}: it accepts no writes; write to the primary {primary}"
+        "this node is a standby of {primary}: it accepts no writes; write to the primary{}",
+        match (http, ilp) { (Some(h), Some(i)) => format!(" at {h} (HTTP) or {i} (ILP TCP)"), _ => format!(" {primary}") }
     )]
-    Standby { primary: String },
+    Standby {
+        primary: String,
+        http: Option<String>,
+        ilp: Option<String>,
+    },
     /// This node was the primary and has stopped taking writes: it can no
     /// longer be sure it still is (its lease may expire, a newer epoch was
     /// seen, a switchover is handing over). Nothing of the write is

@@ -45,6 +45,9 @@ pub struct RoleCell {
     /// runs again, before any timer has had a chance to fence it.
     lease_deadline_ns: AtomicU64,
     base: Instant,
+    /// Where clients write to the primary (HTTP, ILP TCP), as a standby
+    /// last heard from it: named in its refusals.
+    primary_endpoints: parking_lot::Mutex<Option<(String, String)>>,
 }
 
 impl RoleCell {
@@ -55,6 +58,7 @@ impl RoleCell {
             accepting: AtomicBool::new(accepting),
             lease_deadline_ns: AtomicU64::new(0),
             base: Instant::now(),
+            primary_endpoints: parking_lot::Mutex::new(None),
         }
     }
 
@@ -103,6 +107,15 @@ impl RoleCell {
         }
     }
 
+    pub fn set_primary_endpoints(&self, http: &str, ilp: &str) {
+        *self.primary_endpoints.lock() = Some((http.to_string(), ilp.to_string()));
+    }
+
+    /// The primary's HTTP and ILP TCP addresses, when a standby knows them.
+    pub fn primary_endpoints(&self) -> Option<(String, String)> {
+        self.primary_endpoints.lock().clone()
+    }
+
     /// The error a write gets when this tp does not take writes.
     pub fn refusal(&self) -> Option<crate::error::TpError> {
         if self.accepting() {
@@ -113,7 +126,14 @@ impl RoleCell {
                 reason: "its leader lease could not be renewed in time (etcd not reached)".into(),
                 primary: None,
             }),
-            Role::Standby { primary } => Some(crate::error::TpError::Standby { primary }),
+            Role::Standby { primary } => {
+                let ep = self.primary_endpoints().filter(|(h, _)| !h.is_empty());
+                Some(crate::error::TpError::Standby {
+                    primary,
+                    http: ep.as_ref().map(|e| e.0.clone()),
+                    ilp: ep.map(|e| e.1),
+                })
+            }
             Role::Fenced { reason, primary } => {
                 Some(crate::error::TpError::Fenced { reason, primary })
             }

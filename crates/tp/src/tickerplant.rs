@@ -463,6 +463,16 @@ impl Tickerplant {
         });
     }
 
+    /// A standby learned where clients write to its primary.
+    pub fn set_primary_endpoints(&self, http: &str, ilp: &str) {
+        self.role.set_primary_endpoints(http, ilp);
+    }
+
+    /// The primary's HTTP and ILP TCP addresses, on a standby that knows.
+    pub fn primary_endpoints(&self) -> Option<(String, String)> {
+        self.role.primary_endpoints()
+    }
+
     /// A primary under a leader lease takes writes only until `until`.
     pub fn set_lease_deadline(&self, until: Option<std::time::Instant>) {
         self.role.set_lease_deadline(until);
