@@ -5,7 +5,10 @@
 #   scripts/test.sh                 everything
 #   scripts/test.sh -k bad_input    pass arguments to pytest
 #   scripts/test.sh --long          the long loops too: the replication kill loop
-#                                   runs 2000 rounds instead of 100 (TICKDB_LONG=1)
+#                                   runs 2000 rounds instead of 100, the failover
+#                                   fault harness 2000 instead of 50 (TICKDB_LONG=1;
+#                                   TICKDB_FAULT_ROUNDS=N sets the harness's rounds,
+#                                   TICKDB_FAULT_SEED=S reruns from a printed seed)
 #   SKIP_CARGO_TEST=1 scripts/test.sh   build, then only the Python tests
 #
 # Builds once: `cargo test --no-run` builds the test binaries and the tickdb

@@ -116,7 +116,7 @@ fn local_schema(journal_dir: &Path) -> Result<String, String> {
 
 /// Moves a directory aside (kept, never deleted) before a reseed replaces
 /// what it held.
-fn move_aside(dir: &Path, what: &str) -> Result<(), String> {
+fn move_aside(dir: &Path, what: &str, why: &str) -> Result<(), String> {
     if !dir.exists() {
         return Ok(());
     }
@@ -128,10 +128,10 @@ fn move_aside(dir: &Path, what: &str) -> Result<(), String> {
         .file_name()
         .map(|n| n.to_string_lossy().to_string())
         .unwrap_or_default();
-    let to = dir.with_file_name(format!("{name}.before-reseed-{stamp}"));
+    let to = dir.with_file_name(format!("{name}.before-{why}-{stamp}"));
     std::fs::rename(dir, &to).map_err(|e| format!("moving {what} {} aside: {e}", dir.display()))?;
     tracing::warn!(
-        "reseed: the old {what} was moved to {} (kept, not deleted)",
+        "{why}: the old {what} was moved to {} (kept, not deleted)",
         to.display()
     );
     Ok(())
@@ -241,7 +241,7 @@ pub async fn prepare(
                         .map(|mut d| d.next().is_some())
                         .unwrap_or(false)
                 }) {
-                    move_aside(hot, "Hot Restart store")?;
+                    move_aside(hot, "Hot Restart store", "cut")?;
                 }
                 cuts.push(serde_json::json!({
                     "primary": primary,
@@ -307,7 +307,7 @@ pub async fn prepare(
             h.seq
         );
         if last > 0 {
-            move_aside(&journal_dir, "journal")?;
+            move_aside(&journal_dir, "journal", "reseed")?;
         } else {
             // Nothing was journaled here: only what start-up made (the
             // directory, its lock file, a schema history).
@@ -318,7 +318,7 @@ pub async fn prepare(
                 .map(|mut d| d.next().is_some())
                 .unwrap_or(false)
         }) {
-            move_aside(hot, "Hot Restart store")?;
+            move_aside(hot, "Hot Restart store", "reseed")?;
         }
         life.loading("reseeding from the primary (rows)", h.rows);
         let l = life.clone();
