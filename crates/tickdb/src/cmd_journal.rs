@@ -385,8 +385,9 @@ fn dump(dir: &Path, from: u64, limit: u64, rows: bool) -> ExitCode {
             }
         };
         println!(
-            "seq {} time {} kind {} rows {} bytes {}",
+            "seq {} epoch {} time {} kind {} rows {} bytes {}",
             rec.seq,
+            rec.epoch,
             fmt_time(rec.time_ns),
             rec.kind,
             rec.rows,
