@@ -121,6 +121,23 @@ fn err(status: u16, code: &'static str, message: impl Into<String>) -> AdminErro
     }
 }
 
+/// The tickerplant and replication a role change works on.
+type Parts<'a> = (
+    &'a std::sync::Arc<tickdb_tp::Tickerplant>,
+    &'a std::sync::Arc<crate::replication::Replication>,
+);
+
+fn parts(node: &Node) -> Result<Parts<'_>, AdminError> {
+    match (node.tp(), node.replication()) {
+        (Some(tp), Some(repl)) => Ok((tp, repl)),
+        _ => Err(err(
+            503,
+            "not_ready",
+            "this node has no tickerplant open yet",
+        )),
+    }
+}
+
 /// Makes this standby the primary. `min_seq`: refuse unless its journal
 /// holds that sequence (a switchover's guarantee that nothing is lost),
 /// waiting up to PROMOTE_CATCH_UP_MS_MAX for it. `epoch`: the epoch to
@@ -131,13 +148,7 @@ pub async fn promote(
     epoch: Option<u32>,
     why: &str,
 ) -> Result<Value, AdminError> {
-    let (Some(tp), Some(repl)) = (node.tp(), node.replication()) else {
-        return Err(err(
-            503,
-            "not_ready",
-            "this node has no tickerplant open yet",
-        ));
-    };
+    let (tp, repl) = parts(node)?;
     let _one_at_a_time = repl.promoting.lock().await;
     if tp.role() == tickdb_tp::Role::Primary {
         return Err(err(
@@ -198,13 +209,7 @@ pub async fn switchover(
     to: Option<&str>,
     timeout: Duration,
 ) -> Result<Value, AdminError> {
-    let (Some(tp), Some(repl)) = (node.tp(), node.replication()) else {
-        return Err(err(
-            503,
-            "not_ready",
-            "this node has no tickerplant open yet",
-        ));
-    };
+    let (tp, repl) = parts(node)?;
     if tp.role() != tickdb_tp::Role::Primary {
         return Err(err(
             409,

@@ -257,16 +257,28 @@ pub async fn prepare(
                 }));
                 tracing::warn!("rejoin: {cut}");
             }
-            Err(ReplError::Refused(r)) if last > 0 => {
-                // What this standby holds is still worth serving.
-                tracing::error!("replication stopped: {r}");
+            // A standby with a journal of its own starts without its
+            // primary: refused (diverged beyond a cut, ahead of it), it
+            // serves what it has; unreachable (it may be the one that is
+            // gone), it also can be promoted, and its follower keeps trying.
+            Err(e) if last > 0 => {
+                let refused = match e {
+                    ReplError::Refused(r) => {
+                        tracing::error!("replication stopped: {r}");
+                        Some(r)
+                    }
+                    e => {
+                        tracing::warn!("standby: {e}; starting from this journal (seq {last}) and following the primary once it answers");
+                        None
+                    }
+                };
                 return Ok(Prepared {
                     secret,
                     secret_source: source,
                     name,
                     standby: Some((local_schema(&journal_dir)?, None)),
                     reseeded: None,
-                    refused: Some(r),
+                    refused,
                     cuts,
                     standby_of: Some(primary),
                     etcd,
@@ -274,24 +286,6 @@ pub async fn prepare(
                 });
             }
             Err(ReplError::Refused(r)) => return Err(r),
-            Err(e) if last > 0 => {
-                // A standby with a journal of its own starts without its
-                // primary (it may be the one that is gone): it serves what
-                // it has, can be promoted, and its follower keeps trying.
-                tracing::warn!("standby: {e}; starting from this journal (seq {last}) and following the primary once it answers");
-                return Ok(Prepared {
-                    secret,
-                    secret_source: source,
-                    name,
-                    standby: Some((local_schema(&journal_dir)?, None)),
-                    reseeded: None,
-                    refused: None,
-                    cuts,
-                    standby_of: Some(primary),
-                    etcd,
-                    elected: None,
-                });
-            }
             Err(e) => {
                 tracing::warn!("standby: {e}; retrying in {delay} ms");
                 tokio::time::sleep(Duration::from_millis(delay)).await;
