@@ -365,17 +365,16 @@ pub async fn switchover(
 pub async fn rejoin_as_standby(tp: &std::sync::Arc<tickdb_tp::Tickerplant>, primary: &str) {
     let tp2 = tp.clone();
     let _ = tokio::task::spawn_blocking(move || tp2.shutdown()).await;
-    let exe = match std::env::current_exe() {
-        Ok(e) => e,
-        Err(e) => {
-            tracing::error!("demotion: cannot find this program to restart it as a standby: {e}");
-            return;
-        }
-    };
-    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    // /proc/self/exe is this very program even when its file was replaced
+    // or removed since it started (an upgrade, a rebuild): the same version
+    // restarts.
+    let mut args = std::env::args_os();
+    let argv0 = args.next().unwrap_or_else(|| "tickdb".into());
+    let args: Vec<std::ffi::OsString> = args.collect();
     tracing::warn!("demotion: restarting as a standby of {primary}");
     use std::os::unix::process::CommandExt as _;
-    let e = std::process::Command::new(exe)
+    let e = std::process::Command::new("/proc/self/exe")
+        .arg0(argv0)
         .args(args)
         .env(REJOIN_ENV, primary)
         .exec();

@@ -28,6 +28,10 @@ use tickdb_etcd::{Client, Compare, Op};
 
 /// Time one etcd request may take.
 pub const ETCD_REQUEST_TIMEOUT_MS: u64 = 1_000;
+/// Why a primary fenced itself for its lease: the reason it is unfenced
+/// for, too, once a renewal comes through in time.
+const LEASE_FENCE_REASON: &str =
+    "the leader lease was not renewed in time (etcd not reached): no write is acknowledged until it is";
 /// Log "waiting for the leader" at most this often.
 const WAIT_LOG_EVERY: Duration = Duration::from_secs(5);
 
@@ -326,6 +330,16 @@ pub async fn run(e: Arc<Etcd>, node: Arc<Node>, elected: Option<u32>) {
                     renewed_at = sent;
                     if state == State::Primary {
                         tp.set_lease_deadline(Some(e.deadline(sent)));
+                        let lease_fenced = matches!(tp.role(), tickdb_tp::Role::Fenced { reason, .. } if reason == LEASE_FENCE_REASON);
+                        if lease_fenced {
+                            tp.unfence();
+                            if let Some(r) = node.replication() {
+                                r.failover.event(
+                                    "unfence",
+                                    json!({ "reason": "the leader lease was renewed in time", "epoch": tp.epoch() }),
+                                );
+                            }
+                        }
                     }
                 }
                 Ok(None) if state == State::Primary => {
@@ -342,6 +356,20 @@ pub async fn run(e: Arc<Etcd>, node: Arc<Node>, elected: Option<u32>) {
                     let _ = e.grant().await;
                 }
                 Err(why) => tracing::debug!("failover: {why}"),
+            }
+        }
+        // The deadline already stops writes on its own; this makes it an
+        // event, logged and counted, like every fence.
+        if state == State::Primary
+            && tp.role() == tickdb_tp::Role::Primary
+            && tp.lease_left() == Some(Duration::ZERO)
+        {
+            tp.fence(LEASE_FENCE_REASON, None);
+            if let Some(r) = node.replication() {
+                r.failover.event(
+                    "fence",
+                    json!({ "reason": LEASE_FENCE_REASON, "epoch": tp.epoch() }),
+                );
             }
         }
         let role = if state == State::Primary {

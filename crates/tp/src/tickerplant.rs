@@ -454,7 +454,7 @@ impl Tickerplant {
     /// and no write is acknowledged from now on, also those journaled
     /// already (they may be cut when this node rejoins as a standby).
     pub fn fence(&self, reason: &str, primary: Option<String>) {
-        if self.role.accepting() {
+        if self.role.get() == crate::role::Role::Primary {
             self.fences.fetch_add(1, Ordering::Relaxed);
         }
         self.role.set(crate::role::Role::Fenced {
