@@ -268,10 +268,24 @@ pub async fn switchover(
     tp.fence(&reason, None);
     repl.failover
         .event("fence", json!({ "reason": reason, "epoch": tp.epoch() }));
+    // Writes taken before the fence may still be on their way to the
+    // journal (and to subscribers): wait until they are journaled, so the
+    // standby is promoted holding them too.
+    let last = match tp.barrier().await {
+        Ok(l) => l,
+        Err(e) => {
+            tp.unfence();
+            return Err(err(
+                500,
+                "journal",
+                format!("{e}; this node is the primary again"),
+            ));
+        }
+    };
     // Every record journaled here, durable on the standby.
     let deadline = Instant::now() + timeout;
     let seq = loop {
-        let seq = tp.seq();
+        let seq = tp.seq().max(last);
         let held = repl
             .standbys
             .connected(seq)

@@ -59,6 +59,9 @@ pub(crate) enum Req {
     Write(WriteReq),
     Replicated(ReplicatedReq),
     BeginEpoch(BeginEpochReq),
+    /// Answered with the last sequence journaled once every request queued
+    /// before it is committed (a switchover's "everything in flight").
+    Barrier(oneshot::Sender<Result<u64, TpError>>),
 }
 
 impl Req {
@@ -73,7 +76,7 @@ impl Req {
                     ReplicatedItem::SegmentStart { .. } => 0,
                 })
                 .sum(),
-            Req::BeginEpoch(_) => 0,
+            Req::BeginEpoch(_) | Req::Barrier(_) => 0,
         }
     }
 
@@ -82,6 +85,7 @@ impl Req {
             Req::Write(w) => w.reply.send(Err(e)),
             Req::Replicated(r) => r.reply.send(Err(e)),
             Req::BeginEpoch(b) => b.reply.send(Err(e)),
+            Req::Barrier(b) => b.send(Err(e)),
         };
     }
 }
@@ -204,6 +208,7 @@ pub(crate) fn run(mut journal: Journal, rx: Receiver<Req>, out: Outputs) {
     let mut epoch_seen = journal.epoch();
     let mut group: Vec<Appended> = Vec::new();
     let mut repl: Vec<ReplAppended> = Vec::new();
+    let mut barriers: Vec<oneshot::Sender<Result<u64, TpError>>> = Vec::new();
     loop {
         let first = match journal.sync_due_in() {
             Some(due) => match rx.recv_timeout(due) {
@@ -239,6 +244,7 @@ pub(crate) fn run(mut journal: Journal, rx: Receiver<Req>, out: Outputs) {
                         let e = role.refusal().unwrap_or(TpError::Shutdown);
                         let _ = req.reply.send(Err(e));
                     }
+                    Req::Barrier(b) => barriers.push(b),
                     Req::BeginEpoch(b) => {
                         let r = journal
                             .commit()
@@ -295,6 +301,9 @@ pub(crate) fn run(mut journal: Journal, rx: Receiver<Req>, out: Outputs) {
             }
         }
         if group.is_empty() && repl.is_empty() {
+            for b in barriers.drain(..) {
+                let _ = b.send(Ok(journal.last_seq()));
+            }
             continue;
         }
         // Returns after the fsync under `always`; after the write() otherwise.
@@ -348,6 +357,9 @@ pub(crate) fn run(mut journal: Journal, rx: Receiver<Req>, out: Outputs) {
                     epoch_seen = journal.epoch();
                     *counters.epochs.lock() = journal.epoch_history().clone();
                 }
+                for b in barriers.drain(..) {
+                    let _ = b.send(Ok(journal.last_seq()));
+                }
             }
             Err(e) => {
                 let reason = e.to_string();
@@ -359,6 +371,9 @@ pub(crate) fn run(mut journal: Journal, rx: Receiver<Req>, out: Outputs) {
                 }
                 for r in repl.drain(..) {
                     let _ = r.reply.send(Err(TpError::Journal(reason.clone())));
+                }
+                for b in barriers.drain(..) {
+                    let _ = b.send(Err(TpError::Journal(reason.clone())));
                 }
             }
         }

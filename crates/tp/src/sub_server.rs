@@ -129,6 +129,21 @@ async fn connection(sock: TcpStream, tp: &Arc<Tickerplant>, peer: &str) {
                 send_error(&mut wr, &msg).await;
                 return;
             }
+            // An epoch-aware subscriber ahead of this journal holds records
+            // this tp does not (a standby behind its old primary): were this
+            // tp promoted, its new epoch would begin under them. It must
+            // wait, or find the primary.
+            if epoch.is_some() && from_seq > tp.seq() + 1 {
+                let msg = format!(
+                    "behind: this tp's journal ends at seq {}, and the subscriber holds records up to seq {}; \
+                     subscribe to the primary, or retry once this tp has them",
+                    tp.seq(),
+                    from_seq - 1
+                );
+                tracing::info!("subscriber {peer}: {msg}");
+                send_error(&mut wr, &msg).await;
+                return;
+            }
             let filter = SubFilter {
                 tables: tables.into_iter().collect(),
                 symbols: symbols.into_iter().collect(),

@@ -496,6 +496,16 @@ impl Tickerplant {
         }
     }
 
+    /// The last sequence journaled once every write queued before this call
+    /// is committed (or refused): after `fence`, nothing journals past it.
+    pub async fn barrier(&self) -> Result<u64, TpError> {
+        let (reply, rx) = oneshot::channel();
+        let tx = self.tx.lock().clone().ok_or(TpError::Shutdown)?;
+        tx.send(Req::Barrier(reply))
+            .map_err(|_| TpError::Shutdown)?;
+        rx.await.map_err(|_| TpError::Shutdown)?
+    }
+
     /// Promotion: this standby (or fenced node) becomes the primary in
     /// `epoch`. Everything it received is journaled before the epoch
     /// begins (the caller has stopped its follower); the journal records
