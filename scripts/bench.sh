@@ -5,17 +5,23 @@
 # the rdb's restart against a full journal replay, and checkpoint pauses),
 # robustness (acknowledged writes, quiet and under hostile queries and clients),
 # replication (Zero-Impact Crash Recovery for kdb+: the cost to the primary, lag,
-# acknowledgements per shipping mode, catch-up, restore), the market-data stack
+# acknowledgements per shipping mode, catch-up, restore), failover (RTO after
+# kill -9 by hand and through etcd, switchover downtime, rows lost in async and
+# semi-sync, false failovers in a 10-minute soak, the brief's standby restore,
+# and Redis Sentinel's failover; its etcd parts need Debian's etcd-server and are
+# skipped, saying so, without it), the market-data stack
 # (the Optane kdb+ study: DRAM against fsmem rdbs) and the bulk insert
 # (`tickdb bench report`: QuestDB from Maven Central, which needs java and, on
 # first use, network access to download the jar; Redis from Debian's
 # redis-server, installed here when missing; dd), then SQL
 # (scripts/bench_query.py: QuestDB and DuckDB).
 #
-#   scripts/bench.sh                full sizes (about 15 minutes on 2 cores: QuestDB's
+#   scripts/bench.sh                full sizes (about 35 minutes on 2 cores: QuestDB's
 #                                   5M x 5M ASOF JOIN, 7 stack scenarios of 20 s, 2M x 1 KB
 #                                   entries in the store and in Redis, 9 restarts of 10M rows,
-#                                   two 30 s robustness phases, the replication sections)
+#                                   two 30 s robustness phases, the replication sections, and
+#                                   about 20 minutes of failover: 20 rounds of each kind, the
+#                                   10-minute soak, 3 rounds of Sentinel's default 30 s)
 #   scripts/bench.sh --quick        small sizes, one repeat (a few minutes)
 #   scripts/bench.sh --no-questdb   without QuestDB
 #   scripts/bench.sh --no-redis     without Redis

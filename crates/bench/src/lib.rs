@@ -7,6 +7,7 @@
 mod child;
 mod disk;
 mod error;
+pub mod failover;
 mod http;
 mod ingest;
 pub mod insert;
@@ -85,6 +86,16 @@ enum BenchCmd {
     /// Every scenario checks that the standby's journal and rows equal the
     /// primary's; a mismatch fails the benchmark.
     Replication(ReplicationArgs),
+    /// Failover: RTO after kill -9 of the primary under a live 48,000
+    /// updates/s feed, promoted by hand and through etcd (until the new
+    /// primary acknowledges a write, and until an rdb following both nodes
+    /// resumes); a planned switchover's downtime; rows lost in async and
+    /// semi-sync; false failovers in a soak with the cores saturated and
+    /// the primary paused; the standby restore of Zero-Impact Crash
+    /// Recovery for kdb+; and Redis Sentinel's failover in the same run.
+    /// Every round checks that the journals and rows agree; a mismatch, a
+    /// semi-sync loss or a false failover fails the benchmark.
+    Failover(FailoverArgs),
     /// Run every benchmark and regenerate docs/benchmarks.md.
     Report(ReportArgs),
 }
@@ -240,6 +251,144 @@ fn replication_opts(a: &ReplicationArgs) -> Result<replication::ReplicationOptio
             symbols: 2000,
             seed: a.seed,
         },
+    })
+}
+
+#[derive(Args, Debug, Clone)]
+struct FailoverArgs {
+    /// Sections to run: manual, etcd, switchover, loss, soak, restore,
+    /// sentinel.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "manual,etcd,switchover,loss,soak,restore,sentinel"
+    )]
+    sections: Vec<String>,
+    /// A short run that proves the pipeline in about a minute (3 rounds, a
+    /// 10 s soak, no default-form Sentinel round; figures indicative only);
+    /// flags given explicitly still apply.
+    #[arg(long)]
+    quick: bool,
+    /// Rounds of each kill -9 kind (manual, etcd), of the switchover, of
+    /// the semi-sync loss and of Sentinel's best form [default: 20; --quick
+    /// 3].
+    #[arg(long)]
+    rounds: Option<usize>,
+    /// Seconds of the false-failover soak [default: 600; --quick 10].
+    #[arg(long)]
+    soak_s: Option<f64>,
+    /// Skip Redis Sentinel.
+    #[arg(long)]
+    no_redis: bool,
+    /// Rounds of Sentinel's default form (each waits out its 30 s
+    /// down-after-milliseconds) [default: 3; --quick 0].
+    #[arg(long)]
+    sentinel_default_rounds: Option<usize>,
+    /// Sentinel's best form: down-after-milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    sentinel_down_after_ms: u64,
+    /// Sentinel's best form: failover-timeout.
+    #[arg(long, default_value_t = 3000)]
+    sentinel_failover_timeout_ms: u64,
+    /// The live feed's rate, rows/s.
+    #[arg(long, default_value_t = 48_000)]
+    rate: u64,
+    /// The nodes' --lease-ttl-s.
+    #[arg(long, default_value_t = 2)]
+    lease_ttl_s: u64,
+    /// The nodes' --fence-margin-ms.
+    #[arg(long, default_value_t = 500)]
+    fence_margin_ms: u64,
+    /// The nodes' --failover-check-ms.
+    #[arg(long, default_value_t = 100)]
+    failover_check_ms: u64,
+    /// Restore: each minute of log is this many minutes here [default:
+    /// 0.25; --quick 0.005].
+    #[arg(long)]
+    minutes_scale: Option<f64>,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Also write the results as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+impl FailoverArgs {
+    /// The report's run: every section at the defaults (or --quick's).
+    fn for_report(quick: bool, no_redis: bool) -> FailoverArgs {
+        FailoverArgs {
+            sections: failover::SECTIONS.iter().map(|s| s.to_string()).collect(),
+            quick,
+            rounds: None,
+            soak_s: None,
+            no_redis,
+            sentinel_default_rounds: None,
+            sentinel_down_after_ms: 1000,
+            sentinel_failover_timeout_ms: 3000,
+            rate: 48_000,
+            lease_ttl_s: 2,
+            fence_margin_ms: 500,
+            failover_check_ms: 100,
+            minutes_scale: None,
+            seed: 42,
+            json: None,
+        }
+    }
+}
+
+fn failover_opts(a: &FailoverArgs) -> Result<failover::FailoverOptions> {
+    for s in &a.sections {
+        if !failover::SECTIONS.contains(&s.as_str()) {
+            return Err(BenchError::Server(format!(
+                "--sections: unknown section '{s}' (known: {})",
+                failover::SECTIONS.join(", ")
+            )));
+        }
+    }
+    let q = a.quick;
+    let soak_s = a.soak_s.unwrap_or(if q { 10.0 } else { 600.0 });
+    if !(soak_s.is_finite() && soak_s > 0.0) {
+        return Err(BenchError::Server("--soak-s must be above 0".into()));
+    }
+    if a.lease_ttl_s == 0 || a.fence_margin_ms >= a.lease_ttl_s * 1000 {
+        return Err(BenchError::Server(
+            "--lease-ttl-s must be at least 1 and --fence-margin-ms below it".into(),
+        ));
+    }
+    let scale = a.minutes_scale;
+    if scale.is_some_and(|x| !(x.is_finite() && x > 0.0)) {
+        return Err(BenchError::Server("--minutes-scale must be above 0".into()));
+    }
+    let rounds = a.rounds.unwrap_or(if q { 3 } else { 20 }).max(1);
+    Ok(failover::FailoverOptions {
+        sections: a.sections.clone(),
+        quick: q,
+        rounds,
+        rate: a.rate.max(1),
+        lease_ttl_s: a.lease_ttl_s,
+        fence_margin_ms: a.fence_margin_ms,
+        check_ms: a.failover_check_ms.max(10),
+        soak: failover::SoakOptions {
+            seconds: soak_s,
+            pause_every_s: 5.0,
+            pause_ms: 150,
+            busy_loops: cores(),
+        },
+        restore: failover::restore_options(q, scale, a.seed),
+        redis: !a.no_redis,
+        sentinel_default: failover::SentinelForm {
+            label: "default",
+            down_after_ms: None,
+            failover_timeout_ms: None,
+            rounds: a.sentinel_default_rounds.unwrap_or(if q { 0 } else { 3 }),
+        },
+        sentinel_best: failover::SentinelForm {
+            label: "best",
+            down_after_ms: Some(a.sentinel_down_after_ms.max(1)),
+            failover_timeout_ms: Some(a.sentinel_failover_timeout_ms.max(1)),
+            rounds,
+        },
+        seed: a.seed,
     })
 }
 
@@ -610,6 +759,20 @@ fn run_inner(args: BenchArgs) -> Result<()> {
                 )));
             }
         }
+        BenchCmd::Failover(a) => {
+            let r = failover::run(&bin, &work, &failover_opts(&a)?)?;
+            if let Some(p) = &a.json {
+                write_json(p, &r)?;
+            }
+            println!("{}", r.markdown());
+            let failures = r.failures();
+            if !failures.is_empty() {
+                return Err(BenchError::Server(format!(
+                    "failover: {}",
+                    failures.join("; ")
+                )));
+            }
+        }
         BenchCmd::Report(a) => report(&bin, &work, &a)?,
     }
     Ok(())
@@ -797,6 +960,7 @@ fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
     let hot_md = hot_restart_sections(bin, work, a)?;
     let robust_md = robustness_section(bin, work, a)?;
     let repl_md = replication_section(bin, work, a)?;
+    let failover_md = failover_section(bin, work, a)?;
     let secs = started.elapsed().map(|d| d.as_secs()).unwrap_or(0);
     let date = today_utc();
     let profile = if cfg!(debug_assertions) {
@@ -809,7 +973,7 @@ fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
     md.push_str(&format!(
         "Generated by `scripts/bench.sh{}` (`tickdb bench report`) on {date}, in {secs} s, with a {profile} build. \
          Every peer figure was measured in the same run on the same machine. Regenerate with the same command; \
-         `tickdb bench ingest|latency|journal|kv|restart|stack|insert|replication --help` runs one part with other sizes.\n\n",
+         `tickdb bench ingest|latency|journal|kv|restart|stack|insert|replication|failover --help` runs one part with other sizes.\n\n",
         if a.quick { " --quick" } else { "" }
     ));
     md.push_str("## Machine\n\n");
@@ -829,6 +993,7 @@ fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
     md.push_str(&hot_md);
     md.push_str(&robust_md);
     md.push_str(&repl_md);
+    md.push_str(&failover_md);
     md.push_str(&stack_md);
     std::fs::write(&a.out, md).map_err(BenchError::io(format!("writing {}", a.out.display())))?;
     eprintln!("wrote {}", a.out.display());
@@ -888,6 +1053,23 @@ fn replication_section(bin: &Path, work: &Path, a: &ReportArgs) -> Result<String
         "\n## Replication (Zero-Impact Crash Recovery for kdb+)\n\n{}",
         r.markdown()
     ))
+}
+
+/// The failover section: RTO by hand and through etcd, switchover, loss,
+/// false failovers, the standby restore and Redis Sentinel. A mismatch, a
+/// semi-sync loss or a false failover fails the report.
+fn failover_section(bin: &Path, work: &Path, a: &ReportArgs) -> Result<String> {
+    let fa = FailoverArgs::for_report(a.quick, a.no_redis);
+    eprintln!("[failover] RTO, switchover, loss, false failovers, restore, Redis Sentinel");
+    let r = failover::run(bin, work, &failover_opts(&fa)?)?;
+    let failures = r.failures();
+    if !failures.is_empty() {
+        return Err(BenchError::Server(format!(
+            "failover: {}",
+            failures.join("; ")
+        )));
+    }
+    Ok(format!("\n## Failover\n\n{}", r.markdown()))
 }
 
 /// The Hot Restart sections: the key-value workload of Hot Restart

@@ -19,6 +19,9 @@ const STOP_GRACE: Duration = Duration::from_secs(120);
 const REPLY_LINE_BYTES_MAX: usize = 64 * 1024;
 /// Largest bulk reply accepted: the workload's values are a few KB.
 const BULK_BYTES_MAX: i64 = 16 * 1024 * 1024;
+/// Most elements of one array reply, and how deep arrays may nest.
+const ARRAY_LEN_MAX: i64 = 1 << 16;
+const ARRAY_DEPTH_MAX: usize = 8;
 
 /// Why Redis cannot run here, if it cannot.
 pub fn unavailable() -> Option<String> {
@@ -127,6 +130,20 @@ pub enum Reply {
     Error(String),
     Int(i64),
     Bulk(Option<Vec<u8>>),
+    /// `*N` (Sentinel's get-master-addr-by-name, its replicas list);
+    /// None for `*-1`.
+    Array(Option<Vec<Reply>>),
+}
+
+impl Reply {
+    /// A bulk or simple string's text.
+    pub fn text(&self) -> Option<String> {
+        match self {
+            Reply::Simple(s) => Some(s.clone()),
+            Reply::Bulk(Some(b)) => Some(String::from_utf8_lossy(b).into_owned()),
+            _ => None,
+        }
+    }
 }
 
 pub struct Conn {
@@ -140,6 +157,23 @@ impl Conn {
     pub fn connect(port: u16) -> Result<Conn> {
         let s = TcpStream::connect(("127.0.0.1", port))
             .map_err(BenchError::io(format!("connecting to Redis on {port}")))?;
+        Conn::from_stream(s)
+    }
+
+    /// A connection whose connect, reads and writes give up after `timeout`
+    /// (a client polling servers that may be dead).
+    pub fn connect_timeout(port: u16, timeout: Duration) -> Result<Conn> {
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        let what = || format!("connecting to Redis on {port}");
+        let s = TcpStream::connect_timeout(&addr, timeout).map_err(BenchError::io(what()))?;
+        s.set_read_timeout(Some(timeout))
+            .map_err(BenchError::io(what()))?;
+        s.set_write_timeout(Some(timeout))
+            .map_err(BenchError::io(what()))?;
+        Conn::from_stream(s)
+    }
+
+    fn from_stream(s: TcpStream) -> Result<Conn> {
         s.set_nodelay(true).map_err(BenchError::io("TCP_NODELAY"))?;
         let w = s.try_clone().map_err(BenchError::io("cloning a socket"))?;
         Ok(Conn {
@@ -198,6 +232,10 @@ impl Conn {
     }
 
     fn read_reply(&mut self) -> Result<Reply> {
+        self.read_reply_at(0)
+    }
+
+    fn read_reply_at(&mut self, depth: usize) -> Result<Reply> {
         let line = self.line()?;
         let bad = || BenchError::Protocol(format!("unexpected Redis reply {line:?}"));
         let (tag, rest) = line.split_at_checked(1).ok_or_else(bad)?;
@@ -219,6 +257,19 @@ impl Conn {
                     .map_err(BenchError::io("reading from Redis"))?;
                 v.truncate(len as usize);
                 Ok(Reply::Bulk(Some(v)))
+            }
+            "*" => {
+                let len: i64 = rest.parse().map_err(|_| bad())?;
+                if len < 0 {
+                    return Ok(Reply::Array(None));
+                }
+                if len > ARRAY_LEN_MAX || depth >= ARRAY_DEPTH_MAX {
+                    return Err(bad());
+                }
+                let items = (0..len)
+                    .map(|_| self.read_reply_at(depth + 1))
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(Reply::Array(Some(items)))
             }
             _ => Err(bad()),
         }

@@ -22,11 +22,11 @@
 
 mod ack;
 mod catchup;
-mod cluster;
+pub(crate) mod cluster;
 mod cost;
 mod lag;
 mod markdown;
-mod restore;
+pub(crate) mod restore;
 
 pub use ack::AckOptions;
 pub use catchup::CatchupOptions;

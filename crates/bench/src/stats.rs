@@ -25,6 +25,19 @@ impl Samples {
         })
     }
 
+    /// The p-th percentile (0 < p ≤ 100) by nearest rank: the smallest
+    /// sample with at least p% of the samples at or below it (with 20
+    /// samples, p99 is the largest).
+    pub fn percentile(&self, p: f64) -> Option<f64> {
+        let mut v = self.0.clone();
+        if v.is_empty() || !(p > 0.0 && p <= 100.0) {
+            return None;
+        }
+        v.sort_by(|a, b| a.total_cmp(b));
+        let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
+        Some(v[rank.clamp(1, v.len()) - 1])
+    }
+
     pub fn min(&self) -> Option<f64> {
         self.0.iter().copied().reduce(f64::min)
     }
@@ -86,6 +99,13 @@ mod tests {
         assert_eq!(s.median(), Some(10.75));
         assert!(!s.noisy());
         assert_eq!(Samples::default().median(), None);
+        let s = Samples((1..=20).map(f64::from).collect());
+        assert_eq!(s.percentile(50.0), Some(10.0));
+        assert_eq!(s.percentile(99.0), Some(20.0));
+        assert_eq!(s.percentile(90.0), Some(18.0));
+        let s = Samples((1..=200).map(f64::from).collect());
+        assert_eq!(s.percentile(99.0), Some(198.0));
+        assert_eq!(Samples::default().percentile(50.0), None);
         assert_eq!(si(1_234_567.0), "1.23M");
         assert_eq!(ratio(Some(2.0), Some(1.0)), "2.00×");
     }

@@ -139,6 +139,12 @@ impl Cluster {
         }
     }
 
+    /// The run's replication secret (for nodes started elsewhere, e.g. the
+    /// failover benchmark's, to join them).
+    pub fn secret(&self) -> &str {
+        &self.secret
+    }
+
     pub fn bin(&self) -> &Path {
         &self.bin
     }
