@@ -44,6 +44,15 @@ if ! command -v redis-server >/dev/null 2>&1 && [[ " $* " != *" --no-redis "* ]]
         exit 1
     fi
 fi
+if ! command -v etcd >/dev/null 2>&1; then
+    if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        echo "installing etcd-server (the failover benchmark elects a primary through it)"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server ||
+            { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server; }
+    else
+        echo "etcd is missing: the failover benchmark skips its etcd sections (apt-get install etcd-server)" >&2
+    fi
+fi
 cargo build --release -p tickdb
 target/release/tickdb bench report "$@"
 .venv/bin/python scripts/bench_query.py "$@" --append docs/benchmarks.md
