@@ -399,7 +399,7 @@ pub async fn run(e: Arc<Etcd>, node: Arc<Node>, elected: Option<u32>) {
                 }
             }
             (State::Deposed, Some(l)) if l.name != e.name => demote(&node, &tp, &l).await,
-            (State::Deposed, _) => {}
+            (State::Deposed, Some(_)) => {}
             (State::Standby, Some(l)) if l.name != e.name => {
                 // Following someone else than the leader (the old primary,
                 // from before a failover): follow the leader instead.
@@ -413,7 +413,10 @@ pub async fn run(e: Arc<Etcd>, node: Arc<Node>, elected: Option<u32>) {
                 }
             }
             (State::Standby, Some(_)) => {}
-            (State::Standby, None) => {
+            // No leader: a standby campaigns, and so does a deposed primary
+            // (it may hold the most records; were it left out, a standby
+            // deferring to it would wait for ever).
+            (State::Standby | State::Deposed, None) => {
                 if e.better_member(tp.epoch(), tp.seq()).await.is_some() {
                     continue;
                 }
