@@ -119,7 +119,7 @@ def roles(nodes: dict) -> dict:
     return out
 
 
-def wait_stable(nodes: dict, timeout: float = 60) -> tuple[str, str]:
+def wait_stable(nodes: dict, timeout: float = 120) -> tuple[str, str]:
     """One primary, the other a standby streaming from it and caught up."""
     deadline = time.monotonic() + timeout
     last = None
@@ -136,7 +136,7 @@ def wait_stable(nodes: dict, timeout: float = 60) -> tuple[str, str]:
                     and ps["seq"] == ps["tp"]["seq"]:
                 return prim[0], stby[0]
         time.sleep(0.05)
-    logs = "\n".join(f"--- {k} ---\n{n.log_tail(30)}" for k, n in nodes.items())
+    logs = "\n".join(f"--- {k} ---\nstatus: {status(n)}\n{n.log_tail(60)}" for k, n in nodes.items())
     raise AssertionError(f"no stable primary/standby within {timeout}s: {last}\n{logs}")
 
 
