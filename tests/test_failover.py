@@ -122,7 +122,10 @@ def test_promotion_after_the_primary_dies_and_the_old_primary_rejoins_cutting_it
     assert r.returncode == 0, r.stderr
     epoch = json.loads(r.stdout)["epoch"]
     assert epoch >= 1
-    # Promoted: it takes writes in the new epoch.
+    # Promoted: it takes writes in the new epoch, and says so.
+    r = requests.post(s.url + "/write", data="trade,sym=E price=1.0,size=0i 1\n", timeout=10)
+    assert r.status_code == 204 and r.headers["x-tickdb-epoch"] == str(epoch), r.headers
+    assert int(r.headers["x-tickdb-seq"]) == 31, r.headers
     w2 = Writer(s)
     w2.next_id = w.next_id
     w2.write(7)
@@ -143,7 +146,7 @@ def test_promotion_after_the_primary_dies_and_the_old_primary_rejoins_cutting_it
     ids = journal_ids(p2.data_dir)
     assert not set(lost) & set(ids), "the cut rows are still in the rejoined journal"
     assert set(kept + w2.acked) <= set(ids)
-    assert count(p2) == count(s) == len(kept) + len(w2.acked)
+    assert count(p2) == count(s) == len(kept) + len(w2.acked) + 1  # and the epoch probe row
     # Epochs only grow, and both nodes agree on them.
     assert repl_status(p2)["epochs"] == repl_status(s)["epochs"]
     assert [e["epoch"] for e in repl_status(s)["epochs"]] == [epoch]

@@ -200,10 +200,7 @@ async fn write(
             StatusCode::NO_CONTENT,
             [
                 ("x-tickdb-seq", seq.to_string()),
-                (
-                    "x-tickdb-epoch",
-                    tp.epoch_history().epoch_at(seq).to_string(),
-                ),
+                ("x-tickdb-epoch", tp.epoch_at(seq).to_string()),
             ],
         )
             .into_response(),

@@ -471,7 +471,7 @@ fn diverged(tp: &Tickerplant, from_seq: u64, epoch: u32) -> Option<String> {
     let last = from_seq
         .checked_sub(1)
         .filter(|&s| s >= 1 && s <= tp.seq())?;
-    let mine = tp.epoch_history().epoch_at(last);
+    let mine = tp.epoch_at(last);
     (mine != epoch).then(|| {
         format!(
             "diverged: the subscriber's record seq {last} was written in epoch {epoch}, this tp's in epoch {mine}; \

@@ -445,6 +445,12 @@ impl Tickerplant {
         self.counters.epochs.lock().last_epoch()
     }
 
+    /// The epoch that wrote `seq`, without copying the history (the write
+    /// path answers every acknowledgement with it).
+    pub fn epoch_at(&self, seq: u64) -> u32 {
+        self.counters.epochs.lock().epoch_at(seq)
+    }
+
     /// Which epoch wrote which records of this tp's journal.
     pub fn epoch_history(&self) -> tickdb_journal::EpochHistory {
         self.counters.epochs.lock().clone()
