@@ -266,17 +266,10 @@ pub fn run(bin: &Path, work: &Path, o: &FailoverOptions) -> Result<FailoverRepor
     let ui = Progress { mp, steps: bar };
     let mut checks = Vec::new();
     let mut r = FailoverReport {
-        machine: format!(
-            "{} ({} cores), {:.1} GiB RAM, Linux {}",
-            machine.cpu, machine.cores, machine.ram_gib, machine.kernel
-        ),
+        machine: machine.summary(),
         cores: machine.cores,
         date: crate::today_utc(),
-        build: if cfg!(debug_assertions) {
-            "debug"
-        } else {
-            "release"
-        },
+        build: crate::build_profile(),
         options: o.clone(),
         etcd_version: (needs_etcd && have_etcd).then(etcd::version),
         redis_version: (o.runs("sentinel") && have_redis).then(crate::redis::version),

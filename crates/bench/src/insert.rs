@@ -309,10 +309,7 @@ pub fn run(bin: &Path, work: &Path, o: &InsertBenchOptions) -> Result<InsertRepo
         dd_mb_s,
         cases,
         questdb_note,
-        machine: format!(
-            "{} ({} cores), {:.1} GiB RAM, Linux {}",
-            machine.cpu, machine.cores, machine.ram_gib, machine.kernel
-        ),
+        machine: machine.summary(),
         date: crate::today_utc(),
     })
 }

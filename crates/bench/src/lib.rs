@@ -392,6 +392,15 @@ fn failover_opts(a: &FailoverArgs) -> Result<failover::FailoverOptions> {
     })
 }
 
+/// Which build measured: reports say so beside every figure.
+pub(crate) fn build_profile() -> &'static str {
+    if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    }
+}
+
 /// The replication lag target's rate: 48,000 rows/s.
 const LAG_RATE: u64 = 48_000;
 

@@ -60,6 +60,14 @@ impl Machine {
         }
     }
 
+    /// One line for a report: CPU, cores, RAM and kernel.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} ({} cores), {:.1} GiB RAM, Linux {}",
+            self.cpu, self.cores, self.ram_gib, self.kernel
+        )
+    }
+
     pub fn busy(&self) -> bool {
         self.loadavg > self.cores as f64 * 0.5
     }

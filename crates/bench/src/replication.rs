@@ -167,17 +167,10 @@ pub fn run(bin: &Path, work: &Path, o: &ReplicationOptions) -> Result<Replicatio
     };
     ui.steps.finish_and_clear();
     let mut r = ReplicationReport {
-        machine: format!(
-            "{} ({} cores), {:.1} GiB RAM, Linux {}",
-            machine.cpu, machine.cores, machine.ram_gib, machine.kernel
-        ),
+        machine: machine.summary(),
         cores: machine.cores,
         date: crate::today_utc(),
-        build: if cfg!(debug_assertions) {
-            "debug"
-        } else {
-            "release"
-        },
+        build: crate::build_profile(),
         options: o.clone(),
         insert,
         lag,

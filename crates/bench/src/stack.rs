@@ -626,10 +626,7 @@ pub fn run(bin: &Path, work: &Path, o: &StackOptions) -> Result<StackReport> {
         fsync: o.fsync.clone(),
         test1,
         test2,
-        machine: format!(
-            "{} ({} cores), {:.1} GiB RAM, Linux {}",
-            machine.cpu, machine.cores, machine.ram_gib, machine.kernel
-        ),
+        machine: machine.summary(),
         date: crate::today_utc(),
         mem_total_bytes: tickdb_stack::procfs::mem_total_bytes(),
         fsmem_fs,
