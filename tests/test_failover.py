@@ -152,6 +152,44 @@ def test_promotion_after_the_primary_dies_and_the_old_primary_rejoins_cutting_it
     assert [e["epoch"] for e in repl_status(s)["epochs"]] == [epoch]
 
 
+def test_an_old_primary_started_while_the_new_one_was_down_cuts_and_rejoins_once_it_answers(cluster):
+    # As above, but the old primary comes back while the new primary is
+    # unreachable: it starts from its own journal, and only its running
+    # follower hears `Diverged`. It must still cut and follow, by itself.
+    p = primary(cluster, "p", ["--replication", "async"])
+    s = standby(cluster, p, "s")
+    wait_streaming(s)
+    w = Writer(p)
+    w.write(20)
+    wait_caught_up(p, s)
+    kept = list(w.acked)
+    s.kill9()
+    w.write(9)
+    lost = [i for i in w.acked if i not in kept]
+    p.kill9()
+    s = cluster.up(data_dir=s.data_dir, extra=["--standby-of", f"127.0.0.1:{p.repl_port}"])
+    assert run(["promote", "--node", http_addr(s)]).returncode == 0
+    w2 = Writer(s)
+    w2.next_id = w.next_id
+    w2.write(5)
+    s.kill9()
+    p2 = cluster.up(data_dir=p.data_dir, extra=["--standby-of", f"127.0.0.1:{s.repl_port}"])
+    p2.wait_log("starting from this journal")
+    # The new primary restarts (as a primary: without --standby-of).
+    i = s.args.index("--standby-of")
+    del s.args[i:i + 2]
+    s.start()
+    p2.wait_log("restarting to cut and rejoin", timeout=30)
+    wait_streaming(p2, timeout=60)
+    wait_caught_up(s, p2)
+    cuts = events(p2, "cut")
+    assert len(cuts) == 1 and cuts[0]["records"] == 9 and cuts[0]["kept_through"] == 20, cuts
+    assert compare(s.data_dir, p2.data_dir).returncode == 0
+    ids = journal_ids(p2.data_dir)
+    assert not set(lost) & set(ids), "the cut rows are still in the rejoined journal"
+    assert set(kept + w2.acked) <= set(ids)
+
+
 def test_promote_refuses_a_primary_and_a_standby_behind_min_seq(cluster):
     p = primary(cluster, "p")
     s = standby(cluster, p, "s")

@@ -451,6 +451,7 @@ pub fn start(
     }
     let follower = prepared.standby.map(|(_, first)| {
         let primary = prepared.standby_of.clone().unwrap_or_default();
+        let rejoin_to = primary.clone();
         let f = Follower::new(FollowOptions {
             primary,
             name: prepared.name.clone(),
@@ -459,9 +460,19 @@ pub fn start(
         });
         let (f2, tp2) = (f.clone(), tp.clone());
         let task = tokio::spawn(async move {
-            let why = f2.run(tp2, first, applied).await;
+            let why = f2.run(tp2.clone(), first, applied).await;
             match why {
                 ReplError::Refused(r) if r == "halted" => {}
+                // The primary proved (authenticated) that this journal holds
+                // records its history never had: an old primary that started
+                // from its own journal while the new one was unreachable.
+                // Restarting as a rejoining standby cuts them, keeping a
+                // copy, exactly as a start that got this answer does; without
+                // it the standby would stay stopped until someone restarted it.
+                ReplError::Diverged { .. } => {
+                    tracing::warn!("standby: {why}; restarting to cut and rejoin");
+                    crate::failover::rejoin_as_standby(&tp2, &rejoin_to).await;
+                }
                 why => tracing::error!(
                     "standby: replication has stopped and will not resume by itself: {why}"
                 ),
