@@ -9,7 +9,7 @@
 //!   since it read it, and that writes both: every epoch is handed out
 //!   once, so no two nodes ever write in the same epoch;
 //! - `members/NAME`: `{"name", "epoch", "seq", "role", "repl", "http"}` of
-//!   every node, refreshed every check, under the node's lease: when the
+//!   every node, refreshed when its role or epoch changes and every second, under the node's lease: when the
 //!   leader key is gone, a standby campaigns only if no other member holds
 //!   a higher (epoch, sequence) (ties: the smaller name).
 //!
@@ -292,10 +292,59 @@ enum State {
     Deposed,
 }
 
+/// What the renewer last heard from etcd about this node's lease.
+#[derive(Debug, Clone, Copy)]
+enum Renewal {
+    /// Renewed (the renewer has already moved the primary's deadline).
+    Renewed,
+    /// etcd says the lease is gone.
+    Expired,
+}
+
+/// Shared between the renewer and the run loop.
+#[derive(Default)]
+struct LeaseState {
+    /// Whether this node is the primary: the renewer extends the tp's
+    /// write deadline only then.
+    primary: std::sync::atomic::AtomicBool,
+    last: parking_lot::Mutex<Option<Renewal>>,
+}
+
+/// Members' keys are rewritten when the role or epoch changes, and
+/// otherwise at most this often (the sequence they carry only matters when
+/// there is no leader, and each write costs etcd a WAL fsync).
+const REGISTER_EVERY: Duration = Duration::from_secs(1);
+
+/// Renews the lease a few times per TTL, in a task of its own: no other
+/// etcd request (a slow write, a read timing out) can delay a renewal, and
+/// a primary's write deadline moves forward as soon as one succeeds.
+async fn renewer(
+    e: Arc<Etcd>,
+    tp: Arc<tickdb_tp::Tickerplant>,
+    shared: Arc<LeaseState>,
+    every: Duration,
+) {
+    use std::sync::atomic::Ordering;
+    loop {
+        tokio::time::sleep(every).await;
+        match keepalive(&e).await {
+            Ok(Some(sent)) => {
+                if shared.primary.load(Ordering::SeqCst) {
+                    tp.set_lease_deadline(Some(e.deadline(sent)));
+                }
+                *shared.last.lock() = Some(Renewal::Renewed);
+            }
+            Ok(None) => *shared.last.lock() = Some(Renewal::Expired),
+            Err(why) => tracing::debug!("failover: {why}"),
+        }
+    }
+}
+
 /// Keeps this node's place in the group for as long as it runs: renews the
 /// lease, fences a primary that cannot, elects a standby when the leader
 /// key is gone, and demotes a node another has replaced.
 pub async fn run(e: Arc<Etcd>, node: Arc<Node>, elected: Option<u32>) {
+    use std::sync::atomic::Ordering;
     // Spawned while the node is being wired: wait for its parts.
     let tp = loop {
         if let (Some(tp), Some(_)) = (node.tp(), node.replication()) {
@@ -303,18 +352,21 @@ pub async fn run(e: Arc<Etcd>, node: Arc<Node>, elected: Option<u32>) {
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
-    let mut renewed_at = Instant::now() - Duration::from_secs(3600);
     let renew_every = Duration::from_millis((e.ttl_s * 1000 / 4).max(50));
+    let shared = Arc::new(LeaseState::default());
     let mut state = State::Standby;
     if let Some(epoch) = elected {
         match keepalive(&e).await {
             Ok(Some(sent)) => {
                 tp.set_lease_deadline(Some(e.deadline(sent)));
-                renewed_at = sent;
+                shared.primary.store(true, Ordering::SeqCst);
                 match failover::promote(&node, None, Some(epoch), "elected by etcd at start").await
                 {
                     Ok(_) => state = State::Primary,
-                    Err(x) => tracing::error!("failover: elected, but not promoted: {}", x.message),
+                    Err(x) => {
+                        shared.primary.store(false, Ordering::SeqCst);
+                        tracing::error!("failover: elected, but not promoted: {}", x.message)
+                    }
                 }
             }
             _ => tracing::error!(
@@ -322,40 +374,38 @@ pub async fn run(e: Arc<Etcd>, node: Arc<Node>, elected: Option<u32>) {
             ),
         }
     }
+    let renewing = tokio::spawn(renewer(e.clone(), tp.clone(), shared.clone(), renew_every));
+    let mut registered: Option<(Instant, u32, &'static str)> = None;
     loop {
         tokio::time::sleep(e.check).await;
-        if renewed_at.elapsed() >= renew_every {
-            match keepalive(&e).await {
-                Ok(Some(sent)) => {
-                    renewed_at = sent;
-                    if state == State::Primary {
-                        tp.set_lease_deadline(Some(e.deadline(sent)));
-                        let lease_fenced = matches!(tp.role(), tickdb_tp::Role::Fenced { reason, .. } if reason == LEASE_FENCE_REASON);
-                        if lease_fenced {
-                            tp.unfence();
-                            if let Some(r) = node.replication() {
-                                r.failover.event(
-                                    "unfence",
-                                    json!({ "reason": "the leader lease was renewed in time", "epoch": tp.epoch() }),
-                                );
-                            }
-                        }
-                    }
-                }
-                Ok(None) if state == State::Primary => {
-                    let why = "lost the leader lease (etcd says it expired)";
-                    tp.fence(why, None);
+        let heard = shared.last.lock().take();
+        match heard {
+            Some(Renewal::Renewed) if state == State::Primary => {
+                let lease_fenced = matches!(tp.role(), tickdb_tp::Role::Fenced { reason, .. } if reason == LEASE_FENCE_REASON);
+                if lease_fenced {
+                    tp.unfence();
                     if let Some(r) = node.replication() {
-                        r.failover
-                            .event("fence", json!({ "reason": why, "epoch": tp.epoch() }));
+                        r.failover.event(
+                            "unfence",
+                            json!({ "reason": "the leader lease was renewed in time", "epoch": tp.epoch() }),
+                        );
                     }
-                    state = State::Deposed;
-                    let _ = e.grant().await;
                 }
-                Ok(None) => {
-                    let _ = e.grant().await;
+            }
+            Some(Renewal::Renewed) | None => {}
+            Some(Renewal::Expired) if state == State::Primary => {
+                let why = "lost the leader lease (etcd says it expired)";
+                shared.primary.store(false, Ordering::SeqCst);
+                tp.fence(why, None);
+                if let Some(r) = node.replication() {
+                    r.failover
+                        .event("fence", json!({ "reason": why, "epoch": tp.epoch() }));
                 }
-                Err(why) => tracing::debug!("failover: {why}"),
+                state = State::Deposed;
+                let _ = e.grant().await;
+            }
+            Some(Renewal::Expired) => {
+                let _ = e.grant().await;
             }
         }
         // The deadline already stops writes on its own; this makes it an
@@ -377,7 +427,15 @@ pub async fn run(e: Arc<Etcd>, node: Arc<Node>, elected: Option<u32>) {
         } else {
             tp.role().name()
         };
-        e.register(tp.epoch(), tp.seq(), role).await;
+        let epoch = tp.epoch();
+        let due = match registered {
+            Some((at, ep, r)) => ep != epoch || r != role || at.elapsed() >= REGISTER_EVERY,
+            None => true,
+        };
+        if due {
+            e.register(epoch, tp.seq(), role).await;
+            registered = Some((Instant::now(), epoch, role));
+        }
         let Ok(leader) = e.leader().await else {
             continue;
         };
@@ -388,6 +446,7 @@ pub async fn run(e: Arc<Etcd>, node: Arc<Node>, elected: Option<u32>) {
                     Some(l) => format!("{} is the leader now (epoch {})", l.name, l.epoch),
                     None => "the leader key is gone".to_string(),
                 };
+                shared.primary.store(false, Ordering::SeqCst);
                 tp.fence(&why, other.as_ref().map(|l| l.repl.clone()));
                 if let Some(r) = node.replication() {
                     r.failover
@@ -395,10 +454,14 @@ pub async fn run(e: Arc<Etcd>, node: Arc<Node>, elected: Option<u32>) {
                 }
                 state = State::Deposed;
                 if let Some(l) = other {
+                    renewing.abort();
                     demote(&node, &tp, &l).await;
                 }
             }
-            (State::Deposed, Some(l)) if l.name != e.name => demote(&node, &tp, &l).await,
+            (State::Deposed, Some(l)) if l.name != e.name => {
+                renewing.abort();
+                demote(&node, &tp, &l).await
+            }
             (State::Deposed, Some(_)) => {}
             (State::Standby, Some(l)) if l.name != e.name => {
                 // Following someone else than the leader (the old primary,
@@ -409,6 +472,7 @@ pub async fn run(e: Arc<Etcd>, node: Arc<Node>, elected: Option<u32>) {
                     .map(|f| f.following())
                     .unwrap_or_default();
                 if !following.split(',').any(|a| a.trim() == l.repl) {
+                    renewing.abort();
                     demote(&node, &tp, &l).await;
                 }
             }
@@ -428,10 +492,10 @@ pub async fn run(e: Arc<Etcd>, node: Arc<Node>, elected: Option<u32>) {
                     }
                     Err(_) => continue,
                 };
-                renewed_at = sent;
                 match e.campaign(tp.epoch()).await {
                     Ok(Some(epoch)) => {
                         tp.set_lease_deadline(Some(e.deadline(sent)));
+                        shared.primary.store(true, Ordering::SeqCst);
                         match failover::promote(
                             &node,
                             None,
@@ -442,6 +506,7 @@ pub async fn run(e: Arc<Etcd>, node: Arc<Node>, elected: Option<u32>) {
                         {
                             Ok(_) => state = State::Primary,
                             Err(x) => {
+                                shared.primary.store(false, Ordering::SeqCst);
                                 tracing::error!("failover: elected, but not promoted: {}; giving the leadership up", x.message);
                                 let _ = e.client.revoke(e.lease()).await;
                                 let _ = e.grant().await;
