@@ -12,6 +12,7 @@ pub mod encode;
 pub mod error;
 pub mod frame;
 pub mod handshake;
+pub mod qsql;
 pub mod temporal;
 pub mod value;
 

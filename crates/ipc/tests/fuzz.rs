@@ -7,7 +7,9 @@
 use proptest::prelude::*;
 use tickdb_ipc::compress::{compress, decompress};
 use tickdb_ipc::encode::encode_ordered;
-use tickdb_ipc::{decode_message, encode_message, Atom, Header, IpcError, Kind, Limits, MsgType, Table, Vector, K};
+use tickdb_ipc::{
+    decode_message, encode_message, Atom, Header, IpcError, Kind, Limits, MsgType, Table, Vector, K,
+};
 
 const LIMITS: Limits = Limits {
     message_bytes_max: 1 << 22,
@@ -45,13 +47,29 @@ fn vector() -> impl Strategy<Value = Vector> {
         prop::collection::vec(any::<[u8; 16]>(), 0..4).prop_map(Vector::Guid),
         prop::collection::vec(any::<u8>(), 0..20).prop_map(Vector::Byte),
         prop::collection::vec(any::<i16>(), 0..20).prop_map(Vector::Short),
-        (prop::sample::select(vec![Kind::Int, Kind::Month, Kind::Date, Kind::Minute, Kind::Second, Kind::Time]),
-         prop::collection::vec(any::<i32>(), 0..20)).prop_map(|(k, v)| Vector::Int(k, v)),
-        (prop::sample::select(vec![Kind::Long, Kind::Timestamp, Kind::Timespan]),
-         prop::collection::vec(any::<i64>(), 0..20)).prop_map(|(k, v)| Vector::Long(k, v)),
+        (
+            prop::sample::select(vec![
+                Kind::Int,
+                Kind::Month,
+                Kind::Date,
+                Kind::Minute,
+                Kind::Second,
+                Kind::Time
+            ]),
+            prop::collection::vec(any::<i32>(), 0..20)
+        )
+            .prop_map(|(k, v)| Vector::Int(k, v)),
+        (
+            prop::sample::select(vec![Kind::Long, Kind::Timestamp, Kind::Timespan]),
+            prop::collection::vec(any::<i64>(), 0..20)
+        )
+            .prop_map(|(k, v)| Vector::Long(k, v)),
         prop::collection::vec(any::<f32>(), 0..20).prop_map(Vector::Real),
-        (prop::sample::select(vec![Kind::Float, Kind::Datetime]),
-         prop::collection::vec(any::<f64>(), 0..20)).prop_map(|(k, v)| Vector::Float(k, v)),
+        (
+            prop::sample::select(vec![Kind::Float, Kind::Datetime]),
+            prop::collection::vec(any::<f64>(), 0..20)
+        )
+            .prop_map(|(k, v)| Vector::Float(k, v)),
         prop::collection::vec(32u8..127, 0..20).prop_map(Vector::Char),
         prop::collection::vec(name(), 0..10).prop_map(Vector::Symbol),
     ]
@@ -155,7 +173,10 @@ fn deep_nesting_is_refused_by_the_bound() {
         k = K::List(vec![k]);
     }
     let m = encode_message(MsgType::Sync, &k, false).unwrap();
-    assert!(matches!(decode_bytes(&m), Err(IpcError::TooDeep { max: 16, .. })));
+    assert!(matches!(
+        decode_bytes(&m),
+        Err(IpcError::TooDeep { max: 16, .. })
+    ));
 }
 
 #[test]

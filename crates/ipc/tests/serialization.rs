@@ -5,7 +5,9 @@
 //! to the published bytes.
 
 use tickdb_ipc::encode::encode_ordered;
-use tickdb_ipc::{decode_message, encode_message, Atom, Header, Kind, Limits, MsgType, Table, Vector, K};
+use tickdb_ipc::{
+    decode_message, encode_message, Atom, Header, Kind, Limits, MsgType, Table, Vector, K,
+};
 
 const LIMITS: Limits = Limits {
     message_bytes_max: 1 << 20,
@@ -84,14 +86,10 @@ fn fixtures() -> Vec<(&'static str, Vec<u8>, Vec<u8>, K)> {
         ),
         (
             "-8!`a`b!enlist each 2 3i",
-            hex(
-                "010000002d000000 63 0b 00 02000000 6100 6200 00 00 02000000
-                 06 00 01000000 02000000 06 00 01000000 03000000",
-            ),
-            hex(
-                "000000000000002d 63 0b 00 00000002 6100 6200 00 00 00000002
-                 06 00 00000001 00000002 06 00 00000001 00000003",
-            ),
+            hex("010000002d000000 63 0b 00 02000000 6100 6200 00 00 02000000
+                 06 00 01000000 02000000 06 00 01000000 03000000"),
+            hex("000000000000002d 63 0b 00 00000002 6100 6200 00 00 00000002
+                 06 00 00000001 00000002 06 00 00000001 00000003"),
             K::dict(syms(&["a", "b"]), K::List(vec![ints(&[2]), ints(&[3])])),
         ),
         (
@@ -130,16 +128,12 @@ fn fixtures() -> Vec<(&'static str, Vec<u8>, Vec<u8>, K)> {
         ),
         (
             "-8!([a:enlist 2i]b:enlist 3i)",
-            hex(
-                "010000003f000000 63
+            hex("010000003f000000 63
                  62 00 63 0b 00 01000000 6100 00 00 01000000 06 00 01000000 02000000
-                 62 00 63 0b 00 01000000 6200 00 00 01000000 06 00 01000000 03000000",
-            ),
-            hex(
-                "000000000000003f 63
+                 62 00 63 0b 00 01000000 6200 00 00 01000000 06 00 01000000 03000000"),
+            hex("000000000000003f 63
                  62 00 63 0b 00 00000001 6100 00 00 00000001 06 00 00000001 00000002
-                 62 00 63 0b 00 00000001 6200 00 00 00000001 06 00 00000001 00000003",
-            ),
+                 62 00 63 0b 00 00000001 6200 00 00 00000001 06 00 00000001 00000003"),
             K::dict(
                 table(0, &["a"], vec![ints(&[2])]),
                 table(0, &["b"], vec![ints(&[3])]),
@@ -183,7 +177,9 @@ fn a_lambda_is_decoded_as_a_function_that_is_named_not_run() {
     );
     // The same lambda defined in context .d
     let k = decode_whole(&hex("0100000016000000 64 6400 0a 00 05000000 7b782b797d"));
-    assert!(matches!(k, K::Function { ty: 100, ref text } if text.contains("{x+y}") && text.contains(".d")));
+    assert!(
+        matches!(k, K::Function { ty: 100, ref text } if text.contains("{x+y}") && text.contains(".d"))
+    );
 }
 
 #[test]

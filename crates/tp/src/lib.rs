@@ -38,7 +38,9 @@ pub use error::{OpenError, TpError};
 pub use hub::{Delivered, SubFilter, SubForm, SubQueue, Update};
 pub use journal_thread::ReplicatedItem;
 pub use role::Role;
-pub use tickerplant::{EncodedSubscription, Subscription, Tickerplant, TpConfig, TpStatus};
+pub use tickerplant::{
+    EncodedSubscription, Subscription, Tickerplant, TpConfig, TpStatus, WriteAck,
+};
 
 /// Journal record kind of an update (tickdb-core codec payload).
 pub const RECORD_KIND_UPDATE: u8 = 1;

@@ -108,6 +108,26 @@ impl TpConfig {
     }
 }
 
+/// An update queued by `Tickerplant::submit`, not yet acknowledged.
+pub struct WriteAck(oneshot::Receiver<Result<u64, TpError>>);
+
+impl WriteAck {
+    /// The update's sequence once it is acknowledged (journaled under the
+    /// fsync policy, and through the semi-sync gate when there is one).
+    pub async fn wait(self) -> Result<u64, TpError> {
+        self.0.await.map_err(|_| TpError::Shutdown)?
+    }
+
+    /// The answer if it has come; None while it is pending.
+    pub fn try_take(&mut self) -> Option<Result<u64, TpError>> {
+        match self.0.try_recv() {
+            Ok(r) => Some(r),
+            Err(oneshot::error::TryRecvError::Empty) => None,
+            Err(oneshot::error::TryRecvError::Closed) => Some(Err(TpError::Shutdown)),
+        }
+    }
+}
+
 pub struct Subscription {
     pub queue: Arc<SubQueue>,
     /// The tp's sequence when the subscription began (kdb+ `r.q`'s count).
@@ -389,6 +409,14 @@ impl Tickerplant {
     pub async fn write(&self, batches: Vec<Batch>) -> Result<u64, TpError> {
         let rx = self.request(batches)?;
         rx.await.map_err(|_| TpError::Shutdown)?
+    }
+
+    /// `write` in two steps, for writers that pipeline (kdb+ IPC async
+    /// messages): the update is queued to the journal now, so updates are
+    /// journaled in the order of these calls, and the returned `WriteAck`
+    /// resolves as `write` does.
+    pub fn submit(&self, batches: Vec<Batch>) -> Result<WriteAck, TpError> {
+        Ok(WriteAck(self.request(batches)?))
     }
 
     /// `write` for threads outside the async runtime.
