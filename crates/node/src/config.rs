@@ -391,6 +391,66 @@ impl PgArgs {
 }
 
 #[derive(Args, Debug, Clone)]
+pub struct IpcArgs {
+    /// kdb+ IPC (as a q process's -p): feed handlers call .u.upd, rdbs and
+    /// CEP engines .u.sub, quants query with hopen (docs/ipc.md). Off unless
+    /// given.
+    #[arg(long, value_name = "[rp,]PORT", value_parser = listen_spec)]
+    pub ipc_port: Option<ListenSpec>,
+    /// Accept kdb+ IPC clients with any user and password. Off unless given:
+    /// clients log in as the PostgreSQL wire user (--pg-user,
+    /// TICKDB_PG_PASSWORD).
+    #[arg(long)]
+    pub ipc_no_auth: bool,
+    /// Largest kdb+ IPC message accepted, in bytes, on the wire and once
+    /// decompressed; a larger one gets an error and the connection is closed.
+    #[arg(long, default_value_t = 64 * 1024 * 1024, value_name = "BYTES")]
+    pub ipc_message_bytes_max: usize,
+    /// Deepest nesting of lists, dictionaries and tables in one message.
+    #[arg(long, default_value_t = tickdb_ipc::DEPTH_MAX, value_name = "N")]
+    pub ipc_depth_max: usize,
+    /// kdb+ IPC connections open at once; more are closed at once.
+    #[arg(long, default_value_t = crate::ipc::IPC_CONNECTIONS_MAX_DEFAULT, value_name = "N")]
+    pub ipc_connections_max: usize,
+}
+
+impl IpcArgs {
+    /// The listener's options; `pg` gives the user and password.
+    pub fn options(&self, pg: Option<&PgArgs>) -> crate::ipc::IpcOptions {
+        let auth = match (self.ipc_no_auth, pg) {
+            (true, _) => crate::ipc::IpcAuth::Anonymous,
+            (false, Some(pg)) => crate::ipc::IpcAuth::Password {
+                user: pg.pg_user.clone(),
+                password: pg.pg_password.clone(),
+            },
+            (false, None) => crate::ipc::IpcAuth::Password {
+                user: tickdb_query::pg::PG_USER_DEFAULT.to_string(),
+                password: std::env::var("TICKDB_PG_PASSWORD")
+                    .unwrap_or_else(|_| tickdb_query::pg::PG_PASSWORD_DEFAULT.to_string()),
+            },
+        };
+        crate::ipc::IpcOptions {
+            auth,
+            limits: tickdb_ipc::Limits {
+                // A tick update needs a few KB at least.
+                message_bytes_max: self.ipc_message_bytes_max.max(64 * 1024),
+                depth_max: self.ipc_depth_max.max(4),
+            },
+            connections_max: self.ipc_connections_max.max(1),
+        }
+    }
+
+    /// For the start-up line.
+    pub fn describe(&self) -> String {
+        match &self.ipc_port {
+            None => "off".into(),
+            Some(p) if self.ipc_no_auth => format!("{p} (no authentication)"),
+            Some(p) => format!("{p}"),
+        }
+    }
+}
+
+#[derive(Args, Debug, Clone)]
 pub struct HotArgs {
     /// Persist the rdb's tables in a Hot Restart store in DIR (log-structured
     /// chunk files, see docs/hot-restart.md). A restart reloads DIR at disk

@@ -19,6 +19,7 @@ mod embedded_rdb;
 pub mod failover;
 pub mod http;
 pub mod http_server;
+pub mod ipc;
 pub mod leader;
 pub mod lifecycle;
 pub mod node;

@@ -3,7 +3,7 @@
 //! servers, and stop cleanly on SIGINT/SIGTERM (final journal sync).
 
 use crate::config::{
-    FsyncArg, HotArgs, HttpArgs, MemArgs, NetArgs, PgArgs, QueryArgs, SchemaArgs, TpArgs,
+    FsyncArg, HotArgs, HttpArgs, IpcArgs, MemArgs, NetArgs, PgArgs, QueryArgs, SchemaArgs, TpArgs,
 };
 use crate::http::{self, AppState};
 use crate::node::{Node, Role};
@@ -38,6 +38,8 @@ pub struct UpArgs {
     #[command(flatten)]
     pub pg: PgArgs,
     #[command(flatten)]
+    pub ipc: IpcArgs,
+    #[command(flatten)]
     pub tp: TpArgs,
     #[command(flatten)]
     pub schema: SchemaArgs,
@@ -70,6 +72,8 @@ pub struct TpOnlyArgs {
     #[command(flatten)]
     pub http: HttpArgs,
     #[command(flatten)]
+    pub ipc: IpcArgs,
+    #[command(flatten)]
     pub tp: TpArgs,
     #[command(flatten)]
     pub schema: SchemaArgs,
@@ -98,6 +102,8 @@ pub struct RdbArgs {
     pub pg_port: ListenSpec,
     #[command(flatten)]
     pub pg: PgArgs,
+    #[command(flatten)]
+    pub ipc: IpcArgs,
     /// Subscribe to these tables only (repeatable; default all).
     #[arg(long = "table")]
     pub tables: Vec<String>,
@@ -343,6 +349,20 @@ fn start_http(listener: TcpListener, node: &Arc<Node>, http: &HttpArgs) {
 }
 
 /// Serves PostgreSQL on the query threads.
+/// Binds the kdb+ IPC port when one is given.
+async fn bind_ipc(ip: IpAddr, a: &IpcArgs) -> Result<Option<TcpListener>, String> {
+    match &a.ipc_port {
+        Some(spec) => Ok(Some(bind(ip, spec, "kdb+ IPC").await?)),
+        None => Ok(None),
+    }
+}
+
+fn start_ipc(listener: Option<TcpListener>, node: &Arc<Node>, a: &IpcArgs, pg: Option<&PgArgs>) {
+    if let Some(l) = listener {
+        tokio::spawn(crate::ipc::serve(l, node.clone(), a.options(pg)));
+    }
+}
+
 fn start_pg(listener: std::net::TcpListener, engine: &QueryEngine, pg: &PgArgs) {
     engine.runtime().spawn(tickdb_query::pg::serve(
         listener,
@@ -385,6 +405,7 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
     let repl_l = bind(a.net.bind, &a.tp.repl.repl_port, "replication").await?;
     let pg_l =
         tickdb_net::bind_tcp(a.net.bind, &a.pg_port, "PostgreSQL").map_err(|e| e.to_string())?;
+    let ipc_l = bind_ipc(a.net.bind, &a.ipc).await?;
     if a.trim_journal && a.hot.hot_restart.is_none() {
         return Err("--trim-journal needs --hot-restart: the journal may only be trimmed behind a durable checkpoint".into());
     }
@@ -441,6 +462,9 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
     node.set_tp(tp.clone());
     tokio::spawn(tickdb_tp::ilp_tcp::serve(ilp_l, tp.clone()));
     tokio::spawn(tickdb_tp::sub_server::serve(sub_l, tp.clone()));
+    // Writes and subscriptions are served from here on; queries answer
+    // once the tables below are loaded (the engine checks readiness).
+    start_ipc(ipc_l, &node, &a.ipc, Some(&a.pg));
     node.life
         .loading("restoring tables from the Hot Restart store", 0);
     let applied_rdb: Arc<std::sync::OnceLock<Arc<tickdb_rdb::Rdb>>> = Arc::default();
@@ -509,13 +533,14 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
             .map_err(|e| format!("spawning rdb thread: {e}"))?
     };
     tracing::info!(
-        "tickdb up: HTTP {}:{} (/write, /exec), ILP TCP {}, subscriptions {}, PostgreSQL {} ({}), replication {} ({}), data {}",
+        "tickdb up: HTTP {}:{} (/write, /exec), ILP TCP {}, subscriptions {}, PostgreSQL {} ({}), kdb+ IPC {}, replication {} ({}), data {}",
         a.net.bind,
         a.http_port,
         a.tp.ilp_port,
         a.tp.tp_port,
         a.pg_port,
         a.pg.describe(),
+        a.ipc.describe(),
         a.tp.repl.repl_port,
         describe_replication(&a.tp),
         a.tp.data_dir.display()
@@ -550,6 +575,7 @@ pub async fn tp(a: TpOnlyArgs) -> Result<(), String> {
     let ilp_l = bind(a.net.bind, &a.tp.ilp_port, "ILP TCP").await?;
     let sub_l = bind(a.net.bind, &a.tp.tp_port, "tp subscriptions").await?;
     let repl_l = bind(a.net.bind, &a.tp.repl.repl_port, "replication").await?;
+    let ipc_l = bind_ipc(a.net.bind, &a.ipc).await?;
     let node = Node::new(Role::Tp);
     start_http(http_l, &node, &a.http);
     let adv = advertised(&a.net, &a.tp, a.http_port.port);
@@ -574,12 +600,14 @@ pub async fn tp(a: TpOnlyArgs) -> Result<(), String> {
     node.life.ready();
     tokio::spawn(tickdb_tp::ilp_tcp::serve(ilp_l, tp.clone()));
     tokio::spawn(tickdb_tp::sub_server::serve(sub_l, tp.clone()));
+    start_ipc(ipc_l, &node, &a.ipc, None);
     tracing::info!(
-        "tickdb tp: HTTP {}:{} (/write), ILP TCP {}, subscriptions {}, replication {} ({}), journal {}",
+        "tickdb tp: HTTP {}:{} (/write), ILP TCP {}, subscriptions {}, kdb+ IPC {}, replication {} ({}), journal {}",
         a.net.bind,
         a.http_port,
         a.tp.ilp_port,
         a.tp.tp_port,
+        a.ipc.describe(),
         a.tp.repl.repl_port,
         describe_replication(&a.tp),
         a.tp.data_dir.join("journal").display()
@@ -595,6 +623,7 @@ pub async fn rdb(a: RdbArgs) -> Result<(), String> {
     let http_l = bind(a.net.bind, &a.http_port, "HTTP").await?;
     let pg_l =
         tickdb_net::bind_tcp(a.net.bind, &a.pg_port, "PostgreSQL").map_err(|e| e.to_string())?;
+    let ipc_l = bind_ipc(a.net.bind, &a.ipc).await?;
     let interest = Interest {
         tables: a.tables.clone(),
         symbols: a.symbols.clone(),
@@ -679,13 +708,15 @@ pub async fn rdb(a: RdbArgs) -> Result<(), String> {
         });
     }
     start_pg(pg_l, &engine, &a.pg);
+    start_ipc(ipc_l, &node, &a.ipc, Some(&a.pg));
     tracing::info!(
-        "tickdb rdb: following tp {}, HTTP {}:{}, PostgreSQL {} ({})",
+        "tickdb rdb: following tp {}, HTTP {}:{}, PostgreSQL {} ({}), kdb+ IPC {}",
         a.tp,
         a.net.bind,
         a.http_port,
         a.pg_port,
-        a.pg.describe()
+        a.pg.describe(),
+        a.ipc.describe()
     );
     let mut follow = tokio::spawn(remote::follow(
         rdb.clone(),

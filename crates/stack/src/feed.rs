@@ -116,6 +116,15 @@ pub struct FeedArgs {
     /// How updates reach the tp.
     #[arg(long, value_enum, default_value = "tcp")]
     pub transport: Transport,
+    /// Publish over kdb+ IPC instead, as a kdb+ feed handler does: async
+    /// `.u.upd` messages to the tp's --ipc-port at HOST:PORT, one per table
+    /// per burst, and the chaser at the end (docs/ipc.md). Logs in as
+    /// --ipc-user with TICKDB_PG_PASSWORD (default tickdb).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub ipc: Option<String>,
+    /// The user for --ipc (the node's PostgreSQL wire user).
+    #[arg(long, default_value = "tickdb")]
+    pub ipc_user: String,
     /// Total updates per second, trades and quotes together (1:10). The
     /// default is the March 9, 2020 close of the Optane kdb+ study.
     #[arg(long, default_value_t = 48_000)]
@@ -400,6 +409,82 @@ fn prestress(
     Ok(())
 }
 
+/// `n` ticks, each with its time.
+fn generate_ticks(
+    sim: &mut MarketSim,
+    clock: &mut TickClock,
+    n: u64,
+    out: &mut Vec<(Tick, i64)>,
+) -> u64 {
+    let mut trades = 0;
+    for _ in 0..n {
+        let t = sim.next_tick();
+        if matches!(t, Tick::Trade { .. }) {
+            trades += 1;
+        }
+        out.push((t, clock.stamp()));
+    }
+    trades
+}
+
+/// `paced` over kdb+ IPC.
+fn paced_ipc(
+    a: &FeedArgs,
+    addr: &str,
+    sim: &mut MarketSim,
+    clock: &mut TickClock,
+    s: &mut FeedSummary,
+) -> Result<()> {
+    let password = std::env::var("TICKDB_PG_PASSWORD").unwrap_or_else(|_| "tickdb".into());
+    let mut sink = crate::ipc_feed::IpcSink::connect(addr, &a.ipc_user, &password)?;
+    let duration = a.duration.map(Duration::from_secs_f64);
+    let start = Instant::now();
+    let mut sent = 0u64;
+    let mut ticks = Vec::with_capacity(BURST_ROWS_MAX as usize);
+    let mut last_log = Instant::now();
+    let mut next_wake = start;
+    loop {
+        if signal::stopping() {
+            s.interrupted = true;
+            break;
+        }
+        let elapsed = start.elapsed();
+        if duration.is_some_and(|d| elapsed >= d) {
+            break;
+        }
+        let due = (elapsed.as_secs_f64() * a.rate as f64) as u64;
+        let n = due.saturating_sub(sent).min(BURST_ROWS_MAX);
+        if n > 0 {
+            ticks.clear();
+            let trades = generate_ticks(sim, clock, n, &mut ticks);
+            s.bytes += sink.send(&ticks, &|sym| sim.name(sym).to_string())?;
+            sent += n;
+            s.trades += trades;
+            s.quotes += n - trades;
+        }
+        if last_log.elapsed() >= LOG_EVERY {
+            last_log = Instant::now();
+            tracing::info!(
+                "feed: {sent} updates over kdb+ IPC in {:.0} s ({:.0}/s)",
+                elapsed.as_secs_f64(),
+                sent as f64 / elapsed.as_secs_f64().max(1e-9)
+            );
+        }
+        next_wake += Duration::from_millis(TICK_MS);
+        let now = Instant::now();
+        if next_wake > now {
+            std::thread::sleep(next_wake - now);
+        } else {
+            next_wake = now;
+        }
+    }
+    sink.chase()?;
+    s.rows = sent;
+    s.seconds = start.elapsed().as_secs_f64();
+    s.rate_achieved = sent as f64 / s.seconds.max(1e-9);
+    Ok(())
+}
+
 /// Sends `rate` updates/s for `duration` (or until stopped), paced every
 /// TICK_MS: each wake-up sends what is due by then.
 fn paced(
@@ -408,6 +493,9 @@ fn paced(
     clock: &mut TickClock,
     s: &mut FeedSummary,
 ) -> Result<()> {
+    if let Some(addr) = &a.ipc {
+        return paced_ipc(a, addr, sim, clock, s);
+    }
     let mut sink = Follow::new(a)?;
     sink.sink = Some(sink.open()?);
     let duration = a.duration.map(Duration::from_secs_f64);

@@ -25,6 +25,7 @@ pub mod feed;
 pub mod gen;
 pub mod http;
 pub mod ilp;
+pub mod ipc_feed;
 pub mod monitor;
 pub mod plot;
 pub mod procfs;
