@@ -25,7 +25,7 @@ use tickdb_net::proto::{decode_frame, encode_message, Message};
 const TICK: Duration = Duration::from_millis(1);
 /// Rows generated in the first part of a run are not measured (connections
 /// and allocators warming up).
-const WARMUP: Duration = Duration::from_millis(500);
+pub(crate) const WARMUP: Duration = Duration::from_millis(500);
 const SYMBOLS: usize = 100;
 const SUB_READ_BYTES: usize = 4 * 1024 * 1024;
 
@@ -44,14 +44,14 @@ pub struct ModeResult {
     pub max_us: f64,
 }
 
-fn now_ns() -> i64 {
+pub(crate) fn now_ns() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)
         .unwrap_or(0)
 }
 
-fn subscriber(
+pub(crate) fn subscriber(
     port: u16,
     measure_from_ns: i64,
     stop: Arc<AtomicBool>,
@@ -139,7 +139,7 @@ fn subscriber(
 }
 
 /// Sends `rate` rows/s for `seconds`, paced per TICK; returns rows sent.
-fn feed(port: u16, rate: u64, seconds: u64, pb: &ProgressBar) -> Result<u64> {
+pub(crate) fn feed(port: u16, rate: u64, seconds: u64, pb: &ProgressBar) -> Result<u64> {
     let mut sock =
         TcpStream::connect(("127.0.0.1", port)).map_err(BenchError::io("feed connect"))?;
     sock.set_nodelay(true).map_err(BenchError::io("nodelay"))?;
@@ -268,7 +268,7 @@ pub fn markdown(results: &[ModeResult], o: &LatencyOptions) -> String {
     s
 }
 
-fn us(x: f64) -> String {
+pub(crate) fn us(x: f64) -> String {
     if x >= 1000.0 {
         format!("{:.2} ms", x / 1000.0)
     } else {

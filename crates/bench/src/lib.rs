@@ -11,6 +11,7 @@ pub mod failover;
 mod http;
 mod ingest;
 pub mod insert;
+pub mod ipc;
 mod journal;
 pub mod kv;
 mod latency;
@@ -96,8 +97,99 @@ enum BenchCmd {
     /// Every round checks that the journals and rows agree; a mismatch, a
     /// semi-sync loss or a false failover fails the benchmark.
     Failover(FailoverArgs),
+    /// kdb+ IPC against ILP and the tickdb subscription protocol: bulk
+    /// insert rows/s and MB/s, and tick-to-subscriber latency.
+    ///
+    /// The bulk insert of Zero-Impact Crash Recovery for kdb+ (10k-row
+    /// writes) as kdb+ IPC
+    /// `.u.upd` (async + chaser, and sync) against ILP over TCP and HTTP,
+    /// same rows, same run; and tick-to-subscriber latency of a kdb+ IPC
+    /// `.u.sub` subscriber against the tickdb subscription protocol at
+    /// 48,000 updates/s, zero-latency and 50 ms timer. Every insert run
+    /// must end with the same rows and sums, and every subscriber with
+    /// exactly the rows fed; a mismatch fails the benchmark.
+    Ipc(IpcArgs),
     /// Run every benchmark and regenerate docs/benchmarks.md.
     Report(ReportArgs),
+}
+
+#[derive(Args, Debug, Clone, Default)]
+struct IpcArgs {
+    /// Sections to run: insert, latency.
+    #[arg(long, value_delimiter = ',', default_value = "insert,latency")]
+    sections: Vec<String>,
+    /// Small sizes that prove the pipeline in well under a minute (100k
+    /// rows, one repeat, 3 s per latency cell; figures indicative only);
+    /// flags given explicitly still apply.
+    #[arg(long)]
+    quick: bool,
+    /// Bulk insert: rows per run [default: 2M; --quick 100k].
+    #[arg(long, value_parser = tickdb_stack::feed::parse_count)]
+    rows: Option<u64>,
+    /// Bulk insert: runs per cell; the median is reported [default: 3;
+    /// --quick 1].
+    #[arg(long)]
+    repeats: Option<usize>,
+    /// Bulk insert: the `tickdb up --fsync` policies, each cell its own runs.
+    #[arg(long, value_delimiter = ',', default_value = "never,always")]
+    fsync: Vec<String>,
+    /// Latency: the feed's rate, rows/s.
+    #[arg(long, default_value_t = 48_000)]
+    rate: u64,
+    /// Latency: seconds per cell (publish mode × subscriber) [default: 10;
+    /// --quick 3].
+    #[arg(long)]
+    seconds: Option<u64>,
+    /// Latency: the tp's --publish-interval-ms values (0 = zero-latency).
+    #[arg(long, value_delimiter = ',', default_value = "0,50")]
+    publish_interval_ms: Vec<u64>,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Also write the results as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+impl IpcArgs {
+    /// The report's run: the defaults, or --quick's.
+    fn for_report(quick: bool) -> IpcArgs {
+        IpcArgs {
+            sections: ipc::SECTIONS.iter().map(|s| s.to_string()).collect(),
+            quick,
+            fsync: vec!["never".into(), "always".into()],
+            rate: 48_000,
+            publish_interval_ms: vec![0, 50],
+            seed: 42,
+            ..IpcArgs::default()
+        }
+    }
+}
+
+fn ipc_opts(a: &IpcArgs) -> Result<ipc::IpcBenchOptions> {
+    for s in &a.sections {
+        if !ipc::SECTIONS.contains(&s.as_str()) {
+            return Err(BenchError::Server(format!(
+                "--sections: unknown section '{s}' (known: {})",
+                ipc::SECTIONS.join(", ")
+            )));
+        }
+    }
+    if a.fsync.is_empty() || a.publish_interval_ms.is_empty() {
+        return Err(BenchError::Server(
+            "--fsync and --publish-interval-ms need at least one value".into(),
+        ));
+    }
+    let q = a.quick;
+    Ok(ipc::IpcBenchOptions {
+        sections: a.sections.clone(),
+        rows: a.rows.unwrap_or(if q { 100_000 } else { 2_000_000 }).max(1),
+        repeats: a.repeats.unwrap_or(if q { 1 } else { 3 }).max(1),
+        fsync: a.fsync.clone(),
+        rate: a.rate.max(1),
+        seconds: a.seconds.unwrap_or(if q { 3 } else { 10 }).max(1),
+        modes: a.publish_interval_ms.clone(),
+        seed: a.seed,
+    })
 }
 
 #[derive(Args, Debug, Clone, Default)]
@@ -782,6 +874,17 @@ fn run_inner(args: BenchArgs) -> Result<()> {
                 )));
             }
         }
+        BenchCmd::Ipc(a) => {
+            let r = ipc::run(&bin, &work, &ipc_opts(&a)?)?;
+            if let Some(p) = &a.json {
+                write_json(p, &r)?;
+            }
+            println!("{}", r.markdown());
+            let failures = r.failures();
+            if !failures.is_empty() {
+                return Err(BenchError::Server(format!("ipc: {}", failures.join("; "))));
+            }
+        }
         BenchCmd::Report(a) => report(&bin, &work, &a)?,
     }
     Ok(())
@@ -970,6 +1073,7 @@ fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
     let robust_md = robustness_section(bin, work, a)?;
     let repl_md = replication_section(bin, work, a)?;
     let failover_md = failover_section(bin, work, a)?;
+    let ipc_md = ipc_section(bin, work, a)?;
     let secs = started.elapsed().map(|d| d.as_secs()).unwrap_or(0);
     let date = today_utc();
     let profile = if cfg!(debug_assertions) {
@@ -982,7 +1086,7 @@ fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
     md.push_str(&format!(
         "Generated by `scripts/bench.sh{}` (`tickdb bench report`) on {date}, in {secs} s, with a {profile} build. \
          Every peer figure was measured in the same run on the same machine. Regenerate with the same command; \
-         `tickdb bench ingest|latency|journal|kv|restart|stack|insert|replication|failover --help` runs one part with other sizes.\n\n",
+         `tickdb bench ingest|latency|journal|kv|restart|stack|insert|replication|failover|ipc --help` runs one part with other sizes.\n\n",
         if a.quick { " --quick" } else { "" }
     ));
     md.push_str("## Machine\n\n");
@@ -1004,6 +1108,7 @@ fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
     md.push_str(&repl_md);
     md.push_str(&failover_md);
     md.push_str(&stack_md);
+    md.push_str(&ipc_md);
     std::fs::write(&a.out, md).map_err(BenchError::io(format!("writing {}", a.out.display())))?;
     eprintln!("wrote {}", a.out.display());
     Ok(())
@@ -1079,6 +1184,19 @@ fn failover_section(bin: &Path, work: &Path, a: &ReportArgs) -> Result<String> {
         )));
     }
     Ok(format!("\n## Failover\n\n{}", r.markdown()))
+}
+
+/// The kdb+ IPC section: the bulk insert over IPC against ILP, and
+/// tick-to-subscriber latency over IPC against the tickdb protocol. A
+/// mismatch in rows or sums fails the report.
+fn ipc_section(bin: &Path, work: &Path, a: &ReportArgs) -> Result<String> {
+    eprintln!("[ipc] kdb+ IPC bulk insert against ILP, subscriber latency");
+    let r = ipc::run(bin, work, &ipc_opts(&IpcArgs::for_report(a.quick))?)?;
+    let failures = r.failures();
+    if !failures.is_empty() {
+        return Err(BenchError::Server(format!("ipc: {}", failures.join("; "))));
+    }
+    Ok(format!("\n## kdb+ IPC\n\n{}", r.markdown()))
 }
 
 /// The Hot Restart sections: the key-value workload of Hot Restart
