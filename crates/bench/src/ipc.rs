@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 use tickdb_ipc::temporal::{timestamp_from_unix_ns, unix_ns_from_timestamp};
 use tickdb_ipc::{Header, Kind, Limits, MsgType, Vector, HEADER_BYTES, K};
 
-/// Rows per write: the seed's 10k bulk insert.
+/// Rows per write: the 10k bulk insert of Zero-Impact Crash Recovery for kdb+.
 pub const BATCH_ROWS: usize = crate::ingest::BATCH_ROWS;
 /// The kdb+ primary's bulk-insert rate in Zero-Impact Crash Recovery for
 /// kdb+ (its baseline, an average of 4 runs): quoted, not measured.
@@ -45,7 +45,7 @@ pub const KDB_BASELINE_MB_S: f64 = 145.96;
 /// servers started here are given.
 const IPC_USER: &str = "tickdb";
 const IPC_PASSWORD: &str = "tickdb";
-/// MB as in the seed's MB/s: 10^6 bytes.
+/// MB as in that paper's MB/s: 10^6 bytes.
 const MB: f64 = 1e6;
 /// How long a run may take to become fully queryable, and the longest wait
 /// for one answer.
