@@ -500,7 +500,18 @@ def test_u_end_reaches_subscribers_when_the_tables_are_cleared(cluster):
     assert end.kK()[0].aS() == ".u.end", end
     today = (time.time_ns() // 86_400_000_000_000) - 10_957
     assert end.kK()[1].aI() in (today, today - 1)
+
+    def ipc_subscribers():
+        st = requests.get(node.url + "/status", timeout=10).json()
+        return [x for x in st["tp"]["subscribers"] if x["name"].startswith("ipc ")]
+
+    assert len(ipc_subscribers()) == 1
     s.close()
+    # The subscriber is dropped when its socket closes.
+    deadline = time.monotonic() + 10
+    while ipc_subscribers():
+        assert time.monotonic() < deadline, ipc_subscribers()
+        time.sleep(0.05)
 
 
 def test_functional_select_and_the_roles_that_serve_what(cluster, tmp_path):
@@ -553,3 +564,37 @@ def test_the_feed_publishes_over_ipc(cluster, tmp_path):
     # The chaser came back: every row is journaled and applied.
     got = sql_rows(node, "SELECT (SELECT count(*) FROM trade) + (SELECT count(*) FROM quote)")[0][0]
     assert got == s["rows"] == s["trades"] + s["quotes"], (got, s)
+
+
+def test_answers_to_a_client_off_loopback_are_compressed_as_kdb_does(cluster):
+    """The node in its own network namespace, the client in the root one:
+    the client is not on loopback, so an answer over 2000 bytes that
+    compresses to under half goes compressed (and a small one does not)."""
+    from faultnet import FaultNet, have_netns
+    ok, why = have_netns()
+    if not ok:
+        pytest.skip(f"needs network namespaces: {why}")
+    with FaultNet(mode="netns") as net:
+        where = net.add_node("ipc")
+        port = free_port()
+        node = cluster.up(start=False, extra=["--bind", where.ip, "--ipc-port", str(port)])
+        where.place(node)
+        node.start()
+        s = socket.create_connection((where.ip, port), timeout=10)
+        s.sendall(b"tickdb:tickdb\x03\x00")
+        assert s.recv(1) == b"\x03"
+        n = 5000
+        lines = "".join(f"trade,sym=S{i % 4} price=100.5,size=100i {1_700_000_000_000_000_000 + i}\n"
+                        for i in range(n))
+        import requests
+        assert requests.post(node.url + "/write", data=lines, timeout=30).status_code == 204
+        big = sync_string(s, "select from trade")
+        assert big[2] == 1, "a large, repetitive answer off loopback must be compressed"
+        plain_len = struct.unpack("<I", big[8:12])[0]
+        assert len(big) < plain_len / 2
+        t = d9(big)
+        assert t.t == 98
+        small = sync_string(s, "count trade")
+        assert small[2] == 0 and d9(small).aJ() == n
+        s.close()
+        node.kill9()
