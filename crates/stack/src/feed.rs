@@ -409,80 +409,73 @@ fn prestress(
     Ok(())
 }
 
-/// `n` ticks, each with its time.
-fn generate_ticks(
-    sim: &mut MarketSim,
-    clock: &mut TickClock,
-    n: u64,
-    out: &mut Vec<(Tick, i64)>,
-) -> u64 {
-    let mut trades = 0;
-    for _ in 0..n {
-        let t = sim.next_tick();
-        if matches!(t, Tick::Trade { .. }) {
-            trades += 1;
-        }
-        out.push((t, clock.stamp()));
-    }
-    trades
+/// Where the paced run sends: ILP lines to one of the hosts, or kdb+ IPC
+/// `.u.upd` messages.
+enum Out {
+    Ilp(Follow, Vec<u8>),
+    Ipc(crate::ipc_feed::IpcSink, Vec<(Tick, i64)>),
 }
 
-/// `paced` over kdb+ IPC.
-fn paced_ipc(
-    a: &FeedArgs,
-    addr: &str,
-    sim: &mut MarketSim,
-    clock: &mut TickClock,
-    s: &mut FeedSummary,
-) -> Result<()> {
-    let password = std::env::var("TICKDB_PG_PASSWORD").unwrap_or_else(|_| "tickdb".into());
-    let mut sink = crate::ipc_feed::IpcSink::connect(addr, &a.ipc_user, &password)?;
-    let duration = a.duration.map(Duration::from_secs_f64);
-    let start = Instant::now();
-    let mut sent = 0u64;
-    let mut ticks = Vec::with_capacity(BURST_ROWS_MAX as usize);
-    let mut last_log = Instant::now();
-    let mut next_wake = start;
-    loop {
-        if signal::stopping() {
-            s.interrupted = true;
-            break;
-        }
-        let elapsed = start.elapsed();
-        if duration.is_some_and(|d| elapsed >= d) {
-            break;
-        }
-        let due = (elapsed.as_secs_f64() * a.rate as f64) as u64;
-        let n = due.saturating_sub(sent).min(BURST_ROWS_MAX);
-        if n > 0 {
-            ticks.clear();
-            let trades = generate_ticks(sim, clock, n, &mut ticks);
-            s.bytes += sink.send(&ticks, &|sym| sim.name(sym).to_string())?;
-            sent += n;
-            s.trades += trades;
-            s.quotes += n - trades;
-        }
-        if last_log.elapsed() >= LOG_EVERY {
-            last_log = Instant::now();
-            tracing::info!(
-                "feed: {sent} updates over kdb+ IPC in {:.0} s ({:.0}/s)",
-                elapsed.as_secs_f64(),
-                sent as f64 / elapsed.as_secs_f64().max(1e-9)
-            );
-        }
-        next_wake += Duration::from_millis(TICK_MS);
-        let now = Instant::now();
-        if next_wake > now {
-            std::thread::sleep(next_wake - now);
-        } else {
-            next_wake = now;
+impl Out {
+    fn open(a: &FeedArgs) -> Result<Out> {
+        Ok(match &a.ipc {
+            Some(addr) => {
+                let password =
+                    std::env::var("TICKDB_PG_PASSWORD").unwrap_or_else(|_| "tickdb".into());
+                Out::Ipc(
+                    crate::ipc_feed::IpcSink::connect(addr, &a.ipc_user, &password)?,
+                    Vec::with_capacity(BURST_ROWS_MAX as usize),
+                )
+            }
+            None => {
+                let mut sink = Follow::new(a)?;
+                sink.sink = Some(sink.open()?);
+                Out::Ilp(sink, Vec::with_capacity(1 << 20))
+            }
+        })
+    }
+
+    /// Generates and sends `n` ticks: (trades among them, bytes sent).
+    fn burst(&mut self, sim: &mut MarketSim, clock: &mut TickClock, n: u64) -> Result<(u64, u64)> {
+        match self {
+            Out::Ilp(sink, buf) => {
+                buf.clear();
+                let trades = generate(sim, clock, n, buf);
+                sink.send(buf, n)?;
+                Ok((trades, buf.len() as u64))
+            }
+            Out::Ipc(sink, ticks) => {
+                ticks.clear();
+                let mut trades = 0;
+                for _ in 0..n {
+                    let t = sim.next_tick();
+                    if matches!(t, Tick::Trade { .. }) {
+                        trades += 1;
+                    }
+                    ticks.push((t, clock.stamp()));
+                }
+                let bytes = sink.send(ticks, &|sym| sim.name(sym).to_string())?;
+                Ok((trades, bytes))
+            }
         }
     }
-    sink.chase()?;
-    s.rows = sent;
-    s.seconds = start.elapsed().as_secs_f64();
-    s.rate_achieved = sent as f64 / s.seconds.max(1e-9);
-    Ok(())
+
+    /// Ends the run: ILP TCP is flushed and shut; over kdb+ IPC the chaser
+    /// confirms every update was acknowledged.
+    fn finish(self, s: &mut FeedSummary) -> Result<()> {
+        match self {
+            Out::Ilp(mut sink, _) => {
+                if let Some(Sink::Tcp(sock)) = &mut sink.sink {
+                    let _ = sock.flush();
+                    let _ = sock.shutdown(std::net::Shutdown::Write);
+                }
+                s.reconnects = sink.reconnects;
+                s.rows_in_broken_batches = sink.broken_rows;
+                Ok(())
+            }
+            Out::Ipc(mut sink, _) => sink.chase(),
+        }
+    }
 }
 
 /// Sends `rate` updates/s for `duration` (or until stopped), paced every
@@ -493,11 +486,7 @@ fn paced(
     clock: &mut TickClock,
     s: &mut FeedSummary,
 ) -> Result<()> {
-    if let Some(addr) = &a.ipc {
-        return paced_ipc(a, addr, sim, clock, s);
-    }
-    let mut sink = Follow::new(a)?;
-    sink.sink = Some(sink.open()?);
+    let mut out = Out::open(a)?;
     let duration = a.duration.map(Duration::from_secs_f64);
     let pb = bar(
         duration.map(|d| d.as_millis() as u64),
@@ -505,7 +494,6 @@ fn paced(
     );
     let start = Instant::now();
     let mut sent = 0u64;
-    let mut buf = Vec::with_capacity(1 << 20);
     let mut last_log = Instant::now();
     let mut next_wake = start;
     loop {
@@ -520,13 +508,11 @@ fn paced(
         let due = (elapsed.as_secs_f64() * a.rate as f64) as u64;
         let n = due.saturating_sub(sent).min(BURST_ROWS_MAX);
         if n > 0 {
-            buf.clear();
-            let trades = generate(sim, clock, n, &mut buf);
-            sink.send(&buf, n)?;
+            let (trades, bytes) = out.burst(sim, clock, n)?;
             sent += n;
             s.trades += trades;
             s.quotes += n - trades;
-            s.bytes += buf.len() as u64;
+            s.bytes += bytes;
         }
         if pb.is_hidden() {
             if last_log.elapsed() >= LOG_EVERY {
@@ -554,12 +540,7 @@ fn paced(
             next_wake = now;
         }
     }
-    if let Some(Sink::Tcp(sock)) = &mut sink.sink {
-        let _ = sock.flush();
-        let _ = sock.shutdown(std::net::Shutdown::Write);
-    }
-    s.reconnects = sink.reconnects;
-    s.rows_in_broken_batches = sink.broken_rows;
+    out.finish(s)?;
     pb.finish_and_clear();
     s.rows = sent;
     s.seconds = start.elapsed().as_secs_f64();

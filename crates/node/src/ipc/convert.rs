@@ -264,36 +264,9 @@ fn column_from_q(k: &K, ty: ColumnType, rows: usize, now_ns: i64) -> ColResult {
             let data: Vec<f64> = match v {
                 Vector::Float(Kind::Float, x) => x.clone(),
                 Vector::Real(x) => x.iter().map(|f| *f as f64).collect(),
-                Vector::Long(Kind::Long, x) => x
-                    .iter()
-                    .map(|i| {
-                        if *i == nulls::LONG_NULL {
-                            f64::NAN
-                        } else {
-                            *i as f64
-                        }
-                    })
-                    .collect(),
-                Vector::Int(Kind::Int, x) => x
-                    .iter()
-                    .map(|i| {
-                        if *i == nulls::INT_NULL {
-                            f64::NAN
-                        } else {
-                            *i as f64
-                        }
-                    })
-                    .collect(),
-                Vector::Short(x) => x
-                    .iter()
-                    .map(|i| {
-                        if *i == nulls::SHORT_NULL {
-                            f64::NAN
-                        } else {
-                            *i as f64
-                        }
-                    })
-                    .collect(),
+                Vector::Long(Kind::Long, x) => widen(x, nulls::LONG_NULL, f64::NAN, |i| i as f64),
+                Vector::Int(Kind::Int, x) => widen(x, nulls::INT_NULL, f64::NAN, f64::from),
+                Vector::Short(x) => widen(x, nulls::SHORT_NULL, f64::NAN, f64::from),
                 _ => return Err(bad("a float")),
             };
             // q's float null is NaN.
@@ -306,26 +279,8 @@ fn column_from_q(k: &K, ty: ColumnType, rows: usize, now_ns: i64) -> ColResult {
             };
             let data: Vec<i64> = match v {
                 Vector::Long(Kind::Long, x) => x.clone(),
-                Vector::Int(Kind::Int, x) => x
-                    .iter()
-                    .map(|i| {
-                        if *i == nulls::INT_NULL {
-                            nulls::LONG_NULL
-                        } else {
-                            *i as i64
-                        }
-                    })
-                    .collect(),
-                Vector::Short(x) => x
-                    .iter()
-                    .map(|i| {
-                        if *i == nulls::SHORT_NULL {
-                            nulls::LONG_NULL
-                        } else {
-                            *i as i64
-                        }
-                    })
-                    .collect(),
+                Vector::Int(Kind::Int, x) => widen(x, nulls::INT_NULL, nulls::LONG_NULL, i64::from),
+                Vector::Short(x) => widen(x, nulls::SHORT_NULL, nulls::LONG_NULL, i64::from),
                 Vector::Byte(x) => x.iter().map(|b| *b as i64).collect(),
                 _ => return Err(bad("a long")),
             };
@@ -338,16 +293,7 @@ fn column_from_q(k: &K, ty: ColumnType, rows: usize, now_ns: i64) -> ColResult {
             };
             let data: Vec<i32> = match v {
                 Vector::Int(Kind::Int, x) => x.clone(),
-                Vector::Short(x) => x
-                    .iter()
-                    .map(|i| {
-                        if *i == nulls::SHORT_NULL {
-                            nulls::INT_NULL
-                        } else {
-                            *i as i32
-                        }
-                    })
-                    .collect(),
+                Vector::Short(x) => widen(x, nulls::SHORT_NULL, nulls::INT_NULL, i32::from),
                 Vector::Byte(x) => x.iter().map(|b| *b as i32).collect(),
                 _ => return Err(bad("an int")),
             };
@@ -416,6 +362,19 @@ fn column_from_q(k: &K, ty: ColumnType, rows: usize, now_ns: i64) -> ColResult {
             Ok(with_valid(data, vec![true; n]))
         }
     }
+}
+
+/// Widens integers, q's null of the narrower type becoming the wider
+/// type's null.
+fn widen<T: Copy + PartialEq, U: Copy>(
+    x: &[T],
+    null: T,
+    null_out: U,
+    conv: impl Fn(T) -> U,
+) -> Vec<U> {
+    x.iter()
+        .map(|v| if *v == null { null_out } else { conv(*v) })
+        .collect()
 }
 
 fn with_valid(data: ColumnData, valid: Vec<bool>) -> Column {
