@@ -398,8 +398,9 @@ pub struct IpcArgs {
     #[arg(long, value_name = "[rp,]PORT", value_parser = listen_spec)]
     pub ipc_port: Option<ListenSpec>,
     /// Accept kdb+ IPC clients with any user and password. Off unless given:
-    /// clients log in as the PostgreSQL wire user (--pg-user,
-    /// TICKDB_PG_PASSWORD).
+    /// clients log in as the PostgreSQL wire user and password (--pg-user,
+    /// TICKDB_PG_PASSWORD; on a tp, which has no PostgreSQL port, the user
+    /// tickdb and TICKDB_PG_PASSWORD, default tickdb).
     #[arg(long)]
     pub ipc_no_auth: bool,
     /// Largest kdb+ IPC message accepted, in bytes, on the wire and once
