@@ -150,6 +150,13 @@ def test_promotion_after_the_primary_dies_and_the_old_primary_rejoins_cutting_it
     # Epochs only grow, and both nodes agree on them.
     assert repl_status(p2)["epochs"] == repl_status(s)["epochs"]
     assert [e["epoch"] for e in repl_status(s)["epochs"]] == [epoch]
+    # `journal dump` shows each record's epoch: the old primary's records
+    # are epoch 0, the new primary's from seq 31 on its epoch.
+    r = run(["journal", "dump", str(p2.data_dir), "--from", "30", "--limit", "2"])
+    assert r.returncode == 0, r.stderr
+    lines = [l for l in r.stdout.splitlines() if l.startswith("seq ")]
+    assert lines[0].startswith("seq 30 epoch 0 "), lines
+    assert lines[1].startswith(f"seq 31 epoch {epoch} "), lines
 
 
 def test_an_old_primary_started_while_the_new_one_was_down_cuts_and_rejoins_once_it_answers(cluster):

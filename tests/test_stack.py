@@ -22,7 +22,7 @@ import pyarrow as pa
 import pytest
 import requests
 
-from harness import BIN, run
+from harness import BIN, free_port, run
 
 NS_PER_MINUTE = 60_000_000_000
 NS_PER_DAY = 86_400 * 1_000_000_000
@@ -88,9 +88,14 @@ def test_agg_bars_equal_bars_computed_from_the_raw_trades(cluster, tmp_path, rng
     # The agg starts after the feed: it replays the journal first, then
     # follows live, and its bars must cover both.
     time.sleep(1.0)
-    cluster.raw(["agg", "--tp", f"127.0.0.1:{tp.tp_port}", "--publish-ms", "50"], role="agg")
+    # Each is given a list whose first address has nobody listening (a dead
+    # node of a failover group): it must go on to the next.
+    dead = free_port()
+    cluster.raw(["agg", "--tp", f"127.0.0.1:{dead},127.0.0.1:{tp.tp_port}", "--publish-ms", "50"],
+                role="agg")
     mon = cluster.raw(
-        ["monitor", "--rdb", f"127.0.0.1:{rdb.http_port}", "--every-ms", "200", "--duration", "2",
+        ["monitor", "--rdb", f"127.0.0.1:{dead},127.0.0.1:{rdb.http_port}", "--every-ms", "200",
+         "--duration", "2",
          "--out", str(tmp_path / "mon"), "--label", "test <rdb>"],
         role="monitor",
     )
