@@ -257,8 +257,11 @@ def test_asof_tolerance_matches_duckdb(loaded):
                    "match_condition (t.time >= q.time and t.time - q.time <= interval '5 milliseconds') "
                    "on t.sym = q.sym order by t.size")
     # DuckDB has no tolerance: take its unbounded match and drop the far ones.
-    want = duck(con, "select t.size, case when t.time - q.time <= interval '5 milliseconds' then q.time end as qtime, "
-                     "case when t.time - q.time <= interval '5 milliseconds' then q.bid end as bid "
+    # In nanoseconds: DuckDB's intervals hold microseconds, so a difference
+    # of 5.000306 ms would compare as 5 ms there.
+    near = "epoch_ns(t.time) - epoch_ns(q.time) <= 5000000"
+    want = duck(con, f"select t.size, case when {near} then q.time end as qtime, "
+                     f"case when {near} then q.bid end as bid "
                      "from trade t asof left join quote q on t.sym = q.sym and t.time >= q.time order by t.size")
     assert_same(got, want, "asof with tolerance")
     unbounded = tick(db, "select count(q.bid) as n from trade t asof join quote q "
