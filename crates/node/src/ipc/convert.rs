@@ -415,14 +415,9 @@ pub fn empty_table(def: &TableDef) -> K {
     })
 }
 
-/// The q table of a published batch, keeping the rows `keep` selects (all
-/// when None).
-pub fn table_from_batch(def: &TableDef, b: &Batch, keep: Option<&[usize]>) -> K {
-    let rows: Vec<usize> = match keep {
-        Some(k) => k.to_vec(),
-        None => (0..b.rows).collect(),
-    };
-    let columns = b.columns.iter().map(|c| column_to_q(c, &rows)).collect();
+/// The q table of a published batch.
+pub fn table_from_batch(def: &TableDef, b: &Batch) -> K {
+    let columns = b.columns.iter().map(|c| column_to_q(c, b.rows)).collect();
     K::Table(Table {
         attr: 0,
         names: def.columns.iter().map(|c| c.name.clone()).collect(),
@@ -430,15 +425,15 @@ pub fn table_from_batch(def: &TableDef, b: &Batch, keep: Option<&[usize]>) -> K 
     })
 }
 
-fn column_to_q(c: &Column, rows: &[usize]) -> K {
+fn column_to_q(c: &Column, rows: usize) -> K {
     let ok = |i: usize| c.is_valid(i);
     match &c.data {
         ColumnData::Timestamp(v) => K::vector(Vector::Long(
             Kind::Timestamp,
-            rows.iter()
+            (0..rows)
                 .map(|i| {
-                    if ok(*i) {
-                        v[*i].saturating_sub(Q_EPOCH_NS)
+                    if ok(i) {
+                        v[i].saturating_sub(Q_EPOCH_NS)
                     } else {
                         nulls::LONG_NULL
                     }
@@ -446,10 +441,10 @@ fn column_to_q(c: &Column, rows: &[usize]) -> K {
                 .collect(),
         )),
         ColumnData::Symbol { dict, keys } => K::vector(Vector::Symbol(
-            rows.iter()
+            (0..rows)
                 .map(|i| {
-                    if ok(*i) {
-                        dict.get(keys[*i] as usize).cloned().unwrap_or_default()
+                    if ok(i) {
+                        dict.get(keys[i] as usize).cloned().unwrap_or_default()
                     } else {
                         String::new()
                     }
@@ -458,31 +453,29 @@ fn column_to_q(c: &Column, rows: &[usize]) -> K {
         )),
         ColumnData::F64(v) => K::vector(Vector::Float(
             Kind::Float,
-            rows.iter()
-                .map(|i| if ok(*i) { v[*i] } else { f64::NAN })
+            (0..rows)
+                .map(|i| if ok(i) { v[i] } else { f64::NAN })
                 .collect(),
         )),
         ColumnData::I64(v) => K::vector(Vector::Long(
             Kind::Long,
-            rows.iter()
-                .map(|i| if ok(*i) { v[*i] } else { nulls::LONG_NULL })
+            (0..rows)
+                .map(|i| if ok(i) { v[i] } else { nulls::LONG_NULL })
                 .collect(),
         )),
         ColumnData::I32(v) => K::vector(Vector::Int(
             Kind::Int,
-            rows.iter()
-                .map(|i| if ok(*i) { v[*i] } else { nulls::INT_NULL })
+            (0..rows)
+                .map(|i| if ok(i) { v[i] } else { nulls::INT_NULL })
                 .collect(),
         )),
-        ColumnData::Bool(v) => {
-            K::vector(Vector::Bool(rows.iter().map(|i| ok(*i) && v[*i]).collect()))
-        }
+        ColumnData::Bool(v) => K::vector(Vector::Bool((0..rows).map(|i| ok(i) && v[i]).collect())),
         ColumnData::Str { offsets, data } | ColumnData::Bytes { offsets, data } => {
             let is_str = matches!(c.data, ColumnData::Str { .. });
             K::List(
-                rows.iter()
+                (0..rows)
                     .map(|i| {
-                        let b = data[offsets[*i] as usize..offsets[*i + 1] as usize].to_vec();
+                        let b = data[offsets[i] as usize..offsets[i + 1] as usize].to_vec();
                         K::vector(if is_str {
                             Vector::Char(b)
                         } else {

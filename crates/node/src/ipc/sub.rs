@@ -11,6 +11,7 @@
 
 use super::convert::table_from_batch;
 use parking_lot::Mutex;
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use tickdb_core::batch::Batch;
@@ -116,16 +117,28 @@ fn messages(updates: &[&tickdb_tp::Update], filters: &Mutex<Filters>, schema: &S
     let filters = filters.lock();
     let mut out = Vec::new();
     // Per table, in order of first appearance.
-    let mut pending: Vec<(String, Vec<Batch>)> = Vec::new();
-    let flush = |pending: &mut Vec<(String, Vec<Batch>)>, out: &mut Vec<K>| {
-        for (table, parts) in pending.drain(..) {
-            let (Some(def), Some(b)) = (schema.table(&table), Batch::concat(&parts)) else {
+    // A table's only part is borrowed from the update: most updates carry
+    // one batch per table, and copying it per subscriber would be waste.
+    let mut pending: Vec<(String, Vec<Cow<Batch>>)> = Vec::new();
+    let flush = |pending: &mut Vec<(String, Vec<Cow<Batch>>)>, out: &mut Vec<K>| {
+        for (table, mut parts) in pending.drain(..) {
+            let Some(def) = schema.table(&table) else {
+                continue;
+            };
+            let whole = match parts.len() {
+                1 => parts.pop(),
+                _ => {
+                    let owned: Vec<Batch> = parts.into_iter().map(Cow::into_owned).collect();
+                    Batch::concat(&owned).map(Cow::Owned)
+                }
+            };
+            let Some(b) = whole else {
                 continue;
             };
             out.push(K::List(vec![
                 K::symbol("upd"),
                 K::symbol(&table),
-                table_from_batch(def, &b, None),
+                table_from_batch(def, &b),
             ]));
         }
     };
@@ -163,13 +176,13 @@ fn messages(updates: &[&tickdb_tp::Update], filters: &Mutex<Filters>, schema: &S
                         })
                         .collect();
                     if keep.len() == b.rows {
-                        b.clone()
+                        Cow::Borrowed(b)
                     } else {
-                        b.select(&keep)
+                        Cow::Owned(b.select(&keep))
                     }
                 }
                 // Every symbol, or a table without a symbol column.
-                _ => b.clone(),
+                _ => Cow::Borrowed(b),
             };
             if part.rows == 0 {
                 continue;
