@@ -3,7 +3,9 @@
 //! with the right socket options, and the tp subscription wire protocol
 //! (`proto`) that rdbs, the aggregation engine and other subscribers speak.
 
+pub mod acceptor;
 pub mod follow;
+pub mod group;
 pub mod proto;
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -100,30 +102,18 @@ impl fmt::Display for ListenSpec {
 /// when the spec says `rp,`. The listener is non-blocking, ready for
 /// `tokio::net::TcpListener::from_std`.
 pub fn bind_tcp(ip: IpAddr, spec: &ListenSpec, what: &str) -> Result<TcpListener, NetError> {
+    let socket = bind_socket(ip, spec, what)?;
+    listen_socket(socket, ip, spec, what)
+}
+
+/// Binds a TCP socket on `ip` per `spec` without listening: the address is
+/// taken (a conflict with a process that holds the port without
+/// `SO_REUSEPORT` is reported now), but the kernel hands the socket no
+/// connection until `listen_socket`. A query-group member binds this way at
+/// start and listens once its tables are complete.
+pub fn bind_socket(ip: IpAddr, spec: &ListenSpec, what: &str) -> Result<Socket, NetError> {
     let addr = SocketAddr::new(ip, spec.port);
-    let fail = |source: std::io::Error| {
-        let reason = if source.kind() == std::io::ErrorKind::AddrInUse {
-            if spec.reuse_port {
-                format!(
-                    "address already in use (a process holds it without SO_REUSEPORT; every process sharing the port must use rp,{})",
-                    spec.port
-                )
-            } else {
-                format!(
-                    "address already in use (another process holds it; use rp,{} to share the port with SO_REUSEPORT)",
-                    spec.port
-                )
-            }
-        } else {
-            source.to_string()
-        };
-        NetError::Listen {
-            what: what.to_string(),
-            addr,
-            reason,
-            source,
-        }
-    };
+    let fail = |source| listen_error(addr, spec, what, source);
     let socket =
         Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(fail)?;
     socket.set_reuse_address(true).map_err(fail)?;
@@ -131,9 +121,45 @@ pub fn bind_tcp(ip: IpAddr, spec: &ListenSpec, what: &str) -> Result<TcpListener
         socket.set_reuse_port(true).map_err(fail)?;
     }
     socket.bind(&SockAddr::from(addr)).map_err(fail)?;
+    Ok(socket)
+}
+
+/// Starts listening on a socket from `bind_socket`; non-blocking.
+pub fn listen_socket(
+    socket: Socket,
+    ip: IpAddr,
+    spec: &ListenSpec,
+    what: &str,
+) -> Result<TcpListener, NetError> {
+    let addr = SocketAddr::new(ip, spec.port);
+    let fail = |source| listen_error(addr, spec, what, source);
     socket.listen(LISTEN_BACKLOG).map_err(fail)?;
     socket.set_nonblocking(true).map_err(fail)?;
     Ok(socket.into())
+}
+
+fn listen_error(addr: SocketAddr, spec: &ListenSpec, what: &str, source: std::io::Error) -> NetError {
+    let reason = if source.kind() == std::io::ErrorKind::AddrInUse {
+        if spec.reuse_port {
+            format!(
+                "address already in use (a process holds it without SO_REUSEPORT; every process sharing the port must use rp,{})",
+                spec.port
+            )
+        } else {
+            format!(
+                "address already in use (another process holds it; use rp,{} to share the port with SO_REUSEPORT)",
+                spec.port
+            )
+        }
+    } else {
+        source.to_string()
+    };
+    NetError::Listen {
+        what: what.to_string(),
+        addr,
+        reason,
+        source,
+    }
 }
 
 #[cfg(test)]

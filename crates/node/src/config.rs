@@ -11,7 +11,10 @@ use tickdb_net::ListenSpec;
 pub const LISTEN_HELP: &str = "Ports: every port flag takes PORT, or rp,PORT to set SO_REUSEPORT \
 so that several processes share the port (e.g. several rdbs behind one query port). Without rp, \
 a port already in use fails start-up with one line naming it. Listeners bind --bind (127.0.0.1 \
-by default). Log level: TICKDB_LOG=debug|info|warn.";
+by default). On rdb and up, a shared (rp) query port (HTTP, PostgreSQL, kdb+ IPC) is bound at \
+start but listened on only once the node is ready, so a query group's new member never answers \
+with partial tables; use --admin-port for a member's own /health and /status while it loads. \
+SIGTERM drains (docs/sharding.md). Log level: TICKDB_LOG=debug|info|warn.";
 
 fn listen_spec(s: &str) -> Result<ListenSpec, String> {
     ListenSpec::parse(s).map_err(|e| e.to_string())
@@ -387,6 +390,63 @@ impl PgArgs {
         } else {
             format!("user {}, md5 password", self.pg_user)
         }
+    }
+}
+
+/// A query node's place in its query groups (the KX socket sharding
+/// whitepaper): its own admin port, drain, and busy steering.
+#[derive(Args, Debug, Clone)]
+pub struct GroupArgs {
+    /// This member's own HTTP port, never shared: every HTTP endpoint
+    /// (/health, /status, /exec, POST /admin/drain), answering at once,
+    /// also while the node loads and its shared ports are not yet
+    /// listening. How an operator reaches one member of a query group.
+    #[arg(long, value_name = "PORT")]
+    pub admin_port: Option<u16>,
+    /// On SIGTERM or POST /admin/drain the node stops accepting
+    /// connections, closes idle ones (HTTP keep-alive, PostgreSQL sessions
+    /// with FATAL 57P01, kdb+ IPC handles) and waits this long for requests
+    /// in flight before it stops anyway, logging what was still running.
+    #[arg(long, default_value_t = crate::drain::DRAIN_TIMEOUT_S_DEFAULT, value_name = "SECONDS")]
+    pub drain_timeout_s: u64,
+    /// Busy steering: with this many queries running plus waiting, the
+    /// member closes its shared (rp) listeners so the kernel sends new
+    /// connections to the other members, and reopens them when it has
+    /// capacity again. 0: --query-concurrency. Needs
+    /// net.ipv4.tcp_migrate_req=1 (queued connections then move to the
+    /// other members rather than being reset); a member never leaves when
+    /// it is the port's last listener.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub busy_queries_max: usize,
+    /// Busy steering: a query running longer than this also makes the
+    /// member leave its query groups until it ends. 0: only
+    /// --busy-queries-max counts.
+    #[arg(long, default_value_t = BUSY_QUERY_MS_DEFAULT, value_name = "MS")]
+    pub busy_query_ms: u64,
+    /// Turn busy steering off: the kernel keeps handing new connections to
+    /// this member however busy it is (plain SO_REUSEPORT, as kdb+ does).
+    #[arg(long)]
+    pub no_busy_steering: bool,
+}
+
+/// `--busy-query-ms` by default.
+pub const BUSY_QUERY_MS_DEFAULT: u64 = 2000;
+
+impl GroupArgs {
+    pub fn steering(&self, q: &QueryArgs) -> crate::query_group::Steering {
+        crate::query_group::Steering {
+            enabled: !self.no_busy_steering,
+            queries_max: if self.busy_queries_max == 0 {
+                q.query_concurrency.max(1)
+            } else {
+                self.busy_queries_max
+            },
+            query_ms: self.busy_query_ms,
+        }
+    }
+
+    pub fn drain_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.drain_timeout_s)
     }
 }
 

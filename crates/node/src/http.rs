@@ -50,12 +50,53 @@ pub fn router(state: AppState) -> Router {
     if role == Role::Up {
         r = r.route("/journal/trim", post(trim_journal));
     }
+    r = r.route("/admin/drain", post(admin_drain));
     if role.has_tp() {
         r = r
             .route("/admin/promote", post(admin_promote))
             .route("/admin/switchover", post(admin_switchover));
     }
-    r.with_state(state)
+    // Which member of a query group answered: every response says.
+    r.layer(axum::middleware::map_response(member_header))
+        .with_state(state)
+}
+
+/// The header naming the process that answered (`rp,PORT` groups).
+pub const MEMBER_HEADER: &str = "x-tickdb-member";
+
+async fn member_header(mut r: Response) -> Response {
+    r.headers_mut().insert(
+        MEMBER_HEADER,
+        axum::http::HeaderValue::from(std::process::id()),
+    );
+    r
+}
+
+/// `POST /admin/drain`: stop accepting connections, finish what is in
+/// flight (within --drain-timeout-s), close idle sessions, exit.
+async fn admin_drain(State(s): State<AppState>) -> Response {
+    if s.node.role == Role::Tp {
+        return json_error(
+            StatusCode::CONFLICT,
+            "not_a_query_node",
+            "a tp serves no query group and does not drain; stop it with SIGTERM".into(),
+            json!({}),
+        );
+    }
+    let already = s.node.drain_requested.is_cancelled();
+    s.node.drain_requested.cancel();
+    (
+        StatusCode::ACCEPTED,
+        [(header::CONTENT_TYPE, "application/json")],
+        json!({
+            "draining": true,
+            "already": already,
+            "pid": std::process::id(),
+            "message": "no new connections; requests in flight finish, idle sessions close, then the node exits",
+        })
+        .to_string(),
+    )
+        .into_response()
 }
 
 /// 503 with the lifecycle: what the node is doing and how far it has got.
@@ -437,6 +478,11 @@ async fn status(State(s): State<AppState>) -> Response {
         body["replication"] = r.status(tp, applied);
     }
     body["role"] = json!(s.node.role.name());
+    body["member"] = json!({
+        "pid": std::process::id(),
+        "ports": s.node.ports().map(|p| p.status()),
+        "draining": s.node.drain.is_cancelled(),
+    });
     body["lifecycle"] = serde_json::to_value(s.node.life.status()).unwrap_or_default();
     body["ready"] = json!(s.node.life.is_ready());
     // The process's resident memory: what a monitor compares across DRAM

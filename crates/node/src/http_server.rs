@@ -11,7 +11,8 @@ use hyper_util::service::TowerToHyperService;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
+use tickdb_net::acceptor::Acceptor;
+use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
 /// Connections served at once, by default; more get 503 and are closed.
@@ -45,11 +46,16 @@ impl Default for HttpLimits {
     }
 }
 
-/// Serves `router` on `listener` until the task is dropped.
-pub async fn serve(listener: TcpListener, router: Router, limits: HttpLimits) {
+/// Serves `router` on the connections `acceptor` hands over, until it is
+/// done. When the node drains, each connection ends the way HTTP/1.1
+/// allows: an idle keep-alive connection is closed at once, one with a
+/// request under way answers it (with `connection: close`) and then
+/// closes.
+pub async fn serve(mut acceptor: Acceptor, router: Router, limits: HttpLimits) {
     let open = Arc::new(Semaphore::new(limits.connections_max.max(1)));
-    loop {
-        let (sock, peer) = match listener.accept().await {
+    let (drain, conns) = (acceptor.drain(), acceptor.conns());
+    while let Some(accepted) = acceptor.accept().await {
+        let (sock, peer) = match accepted {
             Ok(x) => x,
             Err(e) => {
                 // Out of file descriptors and the like: back off, keep
@@ -70,6 +76,7 @@ pub async fn serve(listener: TcpListener, router: Router, limits: HttpLimits) {
         let _ = sock.set_nodelay(true);
         let service = TowerToHyperService::new(router.clone());
         let header_timeout = limits.header_timeout;
+        let (drain, counted) = (drain.clone(), conns.enter());
         tokio::spawn(async move {
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
@@ -77,10 +84,23 @@ pub async fn serve(listener: TcpListener, router: Router, limits: HttpLimits) {
                 .header_read_timeout(header_timeout)
                 .max_buf_size(HTTP_HEAD_BYTES_MAX);
             let conn = builder.serve_connection(TokioIo::new(sock), service);
-            if let Err(e) = conn.await {
+            tokio::pin!(conn);
+            let done = tokio::select! {
+                r = conn.as_mut() => Some(r),
+                _ = drain.cancelled() => None,
+            };
+            let result = match done {
+                Some(r) => r,
+                None => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            };
+            if let Err(e) = result {
                 tracing::debug!("HTTP connection {peer}: {e}");
             }
             drop(permit);
+            drop(counted);
         });
     }
 }

@@ -8,6 +8,9 @@
 //! - `node`: the role and the parts (tp, rdb, query engine) once open
 //! - `roles`: starting each role and stopping it cleanly
 //! - `http`, `http_server`: the HTTP API and its listener's limits
+//! - `query_group`: the query ports as members of `rp,PORT` groups: join
+//!   when ready, busy steering, group changes logged
+//! - `drain`: graceful drain on SIGTERM or `POST /admin/drain`
 //! - `replication`: the replication port every node serves, and a
 //!   standby's follower
 //! - `embedded_rdb`, `persist`, `demo_feed`: the rdb inside `up`, Hot
@@ -15,6 +18,7 @@
 
 pub mod config;
 mod demo_feed;
+pub mod drain;
 mod embedded_rdb;
 pub mod failover;
 pub mod http;
@@ -24,5 +28,6 @@ pub mod leader;
 pub mod lifecycle;
 pub mod node;
 mod persist;
+pub mod query_group;
 pub mod replication;
 pub mod roles;

@@ -47,6 +47,13 @@ pub struct Node {
     rdb: OnceLock<Arc<Rdb>>,
     query: OnceLock<QueryEngine>,
     replication: OnceLock<Arc<crate::replication::Replication>>,
+    /// Cancelled when the node drains: every server ends its idle
+    /// connections and finishes the busy ones.
+    pub drain: tokio_util::sync::CancellationToken,
+    /// Cancelled by `POST /admin/drain`: the role's main loop then drains
+    /// as it does on SIGTERM.
+    pub drain_requested: tokio_util::sync::CancellationToken,
+    ports: OnceLock<Arc<crate::query_group::QueryPorts>>,
 }
 
 impl Node {
@@ -58,6 +65,9 @@ impl Node {
             rdb: OnceLock::new(),
             query: OnceLock::new(),
             replication: OnceLock::new(),
+            drain: tokio_util::sync::CancellationToken::new(),
+            drain_requested: tokio_util::sync::CancellationToken::new(),
+            ports: OnceLock::new(),
         })
     }
 
@@ -81,6 +91,15 @@ impl Node {
 
     pub fn replication(&self) -> Option<&Arc<crate::replication::Replication>> {
         self.replication.get()
+    }
+
+    pub fn set_ports(&self, p: Arc<crate::query_group::QueryPorts>) {
+        let _ = self.ports.set(p);
+    }
+
+    /// The node's listening ports, once bound.
+    pub fn ports(&self) -> Option<&Arc<crate::query_group::QueryPorts>> {
+        self.ports.get()
     }
 
     pub fn tp(&self) -> Option<&Arc<Tickerplant>> {

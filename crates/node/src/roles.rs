@@ -3,7 +3,8 @@
 //! servers, and stop cleanly on SIGINT/SIGTERM (final journal sync).
 
 use crate::config::{
-    FsyncArg, HotArgs, HttpArgs, IpcArgs, MemArgs, NetArgs, PgArgs, QueryArgs, SchemaArgs, TpArgs,
+    FsyncArg, GroupArgs, HotArgs, HttpArgs, IpcArgs, MemArgs, NetArgs, PgArgs, QueryArgs, SchemaArgs,
+    TpArgs,
 };
 use crate::http::{self, AppState};
 use crate::node::{Node, Role};
@@ -16,6 +17,8 @@ use tickdb_core::domain::{Domain, Domains};
 use tickdb_core::store::Store;
 use tickdb_core::Schema;
 use tickdb_journal::{FsyncPolicy, RecoveryMode};
+use crate::query_group::QueryPorts;
+use tickdb_net::acceptor::Acceptor;
 use tickdb_net::ListenSpec;
 use tickdb_query::QueryEngine;
 use tickdb_rdb::remote::{self, Interest};
@@ -39,6 +42,8 @@ pub struct UpArgs {
     pub pg: PgArgs,
     #[command(flatten)]
     pub ipc: IpcArgs,
+    #[command(flatten)]
+    pub group: GroupArgs,
     #[command(flatten)]
     pub tp: TpArgs,
     #[command(flatten)]
@@ -104,6 +109,8 @@ pub struct RdbArgs {
     pub pg: PgArgs,
     #[command(flatten)]
     pub ipc: IpcArgs,
+    #[command(flatten)]
+    pub group: GroupArgs,
     /// Subscribe to these tables only (repeatable; default all).
     #[arg(long = "table")]
     pub tables: Vec<String>,
@@ -333,39 +340,113 @@ fn query_engine(store: Arc<Store>, q: &QueryArgs) -> Result<QueryEngine, String>
     QueryEngine::new(store, q.options()).map_err(|e| e.to_string())
 }
 
-/// Starts the HTTP port for `node` at once: `/health` and `/status` answer
+/// Serves HTTP for `node` on `acceptor`: `/health` and `/status` answer
 /// during start-up, everything else says "not ready" until it is.
-fn start_http(listener: TcpListener, node: &Arc<Node>, http: &HttpArgs) {
+fn start_http(acceptor: Acceptor, node: &Arc<Node>, http: &HttpArgs) {
     let limits = http.limits();
     let state = AppState {
         node: node.clone(),
         limits: limits.clone(),
     };
     tokio::spawn(crate::http_server::serve(
-        listener,
+        acceptor,
         http::router(state),
         limits,
     ));
 }
 
+/// A query node's listening ports: HTTP, PostgreSQL, kdb+ IPC and the
+/// admin port, bound now; shared ones listen once the node is ready.
+struct QueryListeners {
+    http: Acceptor,
+    pg: Acceptor,
+    ipc: Option<Acceptor>,
+    admin: Option<Acceptor>,
+}
+
+fn bind_query_ports(
+    node: &Arc<Node>,
+    ip: IpAddr,
+    http: &ListenSpec,
+    pg: &ListenSpec,
+    ipc: &IpcArgs,
+    group: &GroupArgs,
+) -> Result<QueryListeners, String> {
+    let ports = QueryPorts::new(node.drain.clone());
+    let admin = match group.admin_port {
+        Some(port) => {
+            let spec = ListenSpec {
+                port,
+                reuse_port: false,
+            };
+            Some(ports.add(ip, &spec, "admin HTTP", false)?)
+        }
+        None => None,
+    };
+    let l = QueryListeners {
+        http: ports.add(ip, http, "HTTP", true)?,
+        pg: ports.add(ip, pg, "PostgreSQL", true)?,
+        ipc: match &ipc.ipc_port {
+            Some(spec) => Some(ports.add(ip, spec, "kdb+ IPC", true)?),
+            None => None,
+        },
+        admin,
+    };
+    node.set_ports(ports);
+    Ok(l)
+}
+
+/// Joins the query groups once the node is ready, and runs busy steering
+/// and the group watch.
+fn run_query_groups(node: &Arc<Node>, group: &GroupArgs, query: &QueryArgs) {
+    let Some(ports) = node.ports().cloned() else {
+        return;
+    };
+    let steering = group.steering(query);
+    ports.log_kernel_settings(&steering);
+    let n = node.clone();
+    let p = ports.clone();
+    tokio::spawn(async move {
+        while !n.life.is_ready() {
+            if n.drain.is_cancelled() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(READY_POLL_MS)).await;
+        }
+        if let Err(e) = p.join() {
+            tracing::error!("joining the query groups: {e}");
+        }
+    });
+    let n = node.clone();
+    tokio::spawn(ports.clone().steer(steering, move || {
+        n.query().map(|q| q.pool_load())
+    }));
+    tokio::spawn(ports.watch_groups());
+}
+
+/// How often a starting node checks whether it is ready to join its query
+/// groups, in milliseconds.
+const READY_POLL_MS: u64 = 10;
+
+/// Waits for SIGTERM, SIGINT or `POST /admin/drain`; says which.
+async fn stop_requested(node: &Node) -> &'static str {
+    tokio::select! {
+        _ = shutdown_signal() => "a signal",
+        _ = node.drain_requested.cancelled() => "POST /admin/drain",
+    }
+}
+
+/// Serves kdb+ IPC when the node has the port.
+fn start_ipc(acceptor: Option<Acceptor>, node: &Arc<Node>, a: &IpcArgs, pg: Option<&PgArgs>) {
+    if let Some(acc) = acceptor {
+        tokio::spawn(crate::ipc::serve(acc, node.clone(), a.options(pg)));
+    }
+}
+
 /// Serves PostgreSQL on the query threads.
-/// Binds the kdb+ IPC port when one is given.
-async fn bind_ipc(ip: IpAddr, a: &IpcArgs) -> Result<Option<TcpListener>, String> {
-    match &a.ipc_port {
-        Some(spec) => Ok(Some(bind(ip, spec, "kdb+ IPC").await?)),
-        None => Ok(None),
-    }
-}
-
-fn start_ipc(listener: Option<TcpListener>, node: &Arc<Node>, a: &IpcArgs, pg: Option<&PgArgs>) {
-    if let Some(l) = listener {
-        tokio::spawn(crate::ipc::serve(l, node.clone(), a.options(pg)));
-    }
-}
-
-fn start_pg(listener: std::net::TcpListener, engine: &QueryEngine, pg: &PgArgs) {
+fn start_pg(acceptor: Acceptor, engine: &QueryEngine, pg: &PgArgs) {
     engine.runtime().spawn(tickdb_query::pg::serve(
-        listener,
+        acceptor,
         engine.clone(),
         pg.options(),
     ));
@@ -399,18 +480,19 @@ async fn blocking<T: Send + 'static>(
 pub async fn up(a: UpArgs) -> Result<(), String> {
     standby_flags_fit(&a.tp, &a.schema)?;
     let (schema, toml) = load_schema(&a.schema)?;
-    let http_l = bind(a.net.bind, &a.http_port, "HTTP").await?;
+    let node = Node::new(Role::Up);
+    let ql = bind_query_ports(&node, a.net.bind, &a.http_port, &a.pg_port, &a.ipc, &a.group)?;
     let ilp_l = bind(a.net.bind, &a.tp.ilp_port, "ILP TCP").await?;
     let sub_l = bind(a.net.bind, &a.tp.tp_port, "tp subscriptions").await?;
     let repl_l = bind(a.net.bind, &a.tp.repl.repl_port, "replication").await?;
-    let pg_l =
-        tickdb_net::bind_tcp(a.net.bind, &a.pg_port, "PostgreSQL").map_err(|e| e.to_string())?;
-    let ipc_l = bind_ipc(a.net.bind, &a.ipc).await?;
     if a.trim_journal && a.hot.hot_restart.is_none() {
         return Err("--trim-journal needs --hot-restart: the journal may only be trimmed behind a durable checkpoint".into());
     }
-    let node = Node::new(Role::Up);
-    start_http(http_l, &node, &a.http);
+    start_http(ql.http, &node, &a.http);
+    if let Some(admin) = ql.admin {
+        start_http(admin, &node, &a.http);
+    }
+    run_query_groups(&node, &a.group, &a.query);
     let adv = advertised(&a.net, &a.tp, a.http_port.port);
     let (prepared, schema, toml) = prepare_replication(
         &a.tp,
@@ -464,7 +546,7 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
     tokio::spawn(tickdb_tp::sub_server::serve(sub_l, tp.clone()));
     // Writes and subscriptions are served from here on; queries answer
     // once the tables below are loaded (the engine checks readiness).
-    start_ipc(ipc_l, &node, &a.ipc, Some(&a.pg));
+    start_ipc(ql.ipc, &node, &a.ipc, Some(&a.pg));
     node.life
         .loading("restoring tables from the Hot Restart store", 0);
     let applied_rdb: Arc<std::sync::OnceLock<Arc<tickdb_rdb::Rdb>>> = Arc::default();
@@ -524,7 +606,7 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
     };
     let engine = query_engine(rdb.store().clone(), &a.query)?;
     node.set_query(engine.clone());
-    start_pg(pg_l, &engine, &a.pg);
+    start_pg(ql.pg, &engine, &a.pg);
     let rdb_thread = {
         let (tp, rdb, life) = (tp.clone(), rdb.clone(), node.life.clone());
         std::thread::Builder::new()
@@ -555,7 +637,8 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
             crate::demo_feed::run(tp, rate).await
         });
     }
-    shutdown_signal().await;
+    let why = stop_requested(&node).await;
+    crate::drain::drain(&node, a.group.drain_timeout(), why).await;
     node.life.stopping();
     tracing::info!("stopping: final journal sync");
     let tp2 = tp.clone();
@@ -575,9 +658,12 @@ pub async fn tp(a: TpOnlyArgs) -> Result<(), String> {
     let ilp_l = bind(a.net.bind, &a.tp.ilp_port, "ILP TCP").await?;
     let sub_l = bind(a.net.bind, &a.tp.tp_port, "tp subscriptions").await?;
     let repl_l = bind(a.net.bind, &a.tp.repl.repl_port, "replication").await?;
-    let ipc_l = bind_ipc(a.net.bind, &a.ipc).await?;
+    let ipc_l = match &a.ipc.ipc_port {
+        Some(spec) => Some(Acceptor::fixed(bind(a.net.bind, spec, "kdb+ IPC").await?)),
+        None => None,
+    };
     let node = Node::new(Role::Tp);
-    start_http(http_l, &node, &a.http);
+    start_http(Acceptor::fixed(http_l), &node, &a.http);
     let adv = advertised(&a.net, &a.tp, a.http_port.port);
     // A tp has no tables: it cannot take a reseed.
     let (prepared, schema, toml) =
@@ -620,17 +706,18 @@ pub async fn tp(a: TpOnlyArgs) -> Result<(), String> {
 }
 
 pub async fn rdb(a: RdbArgs) -> Result<(), String> {
-    let http_l = bind(a.net.bind, &a.http_port, "HTTP").await?;
-    let pg_l =
-        tickdb_net::bind_tcp(a.net.bind, &a.pg_port, "PostgreSQL").map_err(|e| e.to_string())?;
-    let ipc_l = bind_ipc(a.net.bind, &a.ipc).await?;
+    let node = Node::new(Role::Rdb);
+    let ql = bind_query_ports(&node, a.net.bind, &a.http_port, &a.pg_port, &a.ipc, &a.group)?;
     let interest = Interest {
         tables: a.tables.clone(),
         symbols: a.symbols.clone(),
     };
-    let node = Node::new(Role::Rdb);
     node.life.starting("reloading the Hot Restart store");
-    start_http(http_l, &node, &a.http);
+    start_http(ql.http, &node, &a.http);
+    if let Some(admin) = ql.admin {
+        start_http(admin, &node, &a.http);
+    }
+    run_query_groups(&node, &a.group, &a.query);
     // With a checkpoint in the Hot Restart store the rdb restores it and asks
     // the tp only for what came after.
     let hot_args = a.hot.clone();
@@ -656,7 +743,7 @@ pub async fn rdb(a: RdbArgs) -> Result<(), String> {
                 tracing::warn!("{e}; retrying in {delay} ms");
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(delay)) => {}
-                    _ = shutdown_signal() => return Ok(()),
+                    _ = stop_requested(&node) => return Ok(()),
                 }
                 delay = (delay * 2).min(remote::RECONNECT_DELAY_MS_MAX);
             }
@@ -707,8 +794,8 @@ pub async fn rdb(a: RdbArgs) -> Result<(), String> {
             life.ready();
         });
     }
-    start_pg(pg_l, &engine, &a.pg);
-    start_ipc(ipc_l, &node, &a.ipc, Some(&a.pg));
+    start_pg(ql.pg, &engine, &a.pg);
+    start_ipc(ql.ipc, &node, &a.ipc, Some(&a.pg));
     tracing::info!(
         "tickdb rdb: following tp {}, HTTP {}:{}, PostgreSQL {} ({}), kdb+ IPC {}",
         a.tp,
@@ -726,7 +813,9 @@ pub async fn rdb(a: RdbArgs) -> Result<(), String> {
         Arc::new(remote::EpochTrack::default()),
     ));
     let result = tokio::select! {
-        _ = shutdown_signal() => {
+        why = stop_requested(&node) => {
+            // Still following while the queries in flight finish.
+            crate::drain::drain(&node, a.group.drain_timeout(), why).await;
             follow.abort();
             Ok(())
         }

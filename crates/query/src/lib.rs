@@ -15,6 +15,7 @@ mod error;
 pub mod latest;
 pub mod limits;
 pub mod pg;
+pub mod pgfns;
 pub mod pool;
 pub mod provider;
 pub mod udf;
@@ -256,6 +257,8 @@ impl QueryEngine {
             datafusion_postgres::datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider,
         )
         .map_err(|e| QueryError::Internal(format!("pg_catalog: {e}")))?;
+        // After pg_catalog: its pg_backend_pid() answers a constant 1.
+        pgfns::register(&ctx);
         Ok(QueryEngine {
             inner: Arc::new(Inner {
                 ctx,
@@ -279,6 +282,11 @@ impl QueryEngine {
 
     pub fn pool_stats(&self) -> PoolStats {
         self.inner.pool.stats()
+    }
+
+    /// Running and waiting queries and the longest run now.
+    pub fn pool_load(&self) -> pool::Load {
+        self.inner.pool.load()
     }
 
     /// A context for one query: the engine's timeout, or `session_timeout`

@@ -19,6 +19,7 @@ use crate::QueryError;
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tokio::runtime::{Handle, Runtime};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -49,6 +50,9 @@ struct Gate {
     admitted: AtomicU64,
     refused_busy: AtomicU64,
     expired_waiting: AtomicU64,
+    /// When each running query was admitted, by admission number: the
+    /// first entry is the longest running (busy steering reads it).
+    running_since: parking_lot::Mutex<std::collections::BTreeMap<u64, Instant>>,
 }
 
 /// What /status and /metrics report about the pool.
@@ -67,6 +71,23 @@ pub struct PoolStats {
 /// A query's turn; the next waiting query runs when it is dropped.
 pub struct Permit {
     _permit: OwnedSemaphorePermit,
+    gate: Arc<Gate>,
+    number: u64,
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.gate.running_since.lock().remove(&self.number);
+    }
+}
+
+/// How loaded the pool is now: what busy steering decides on.
+#[derive(Debug, Clone, Copy)]
+pub struct Load {
+    pub running: usize,
+    pub waiting: usize,
+    /// How long the longest-running query has run.
+    pub longest: Option<Duration>,
 }
 
 impl QueryPool {
@@ -95,6 +116,7 @@ impl QueryPool {
                 admitted: AtomicU64::new(0),
                 refused_busy: AtomicU64::new(0),
                 expired_waiting: AtomicU64::new(0),
+                running_since: parking_lot::Mutex::new(std::collections::BTreeMap::new()),
             }),
             threads,
         })
@@ -110,8 +132,7 @@ impl QueryPool {
     pub async fn admit(&self, ctx: &QueryCtx) -> Result<Permit, QueryError> {
         let g = &self.gate;
         if let Ok(p) = g.running.clone().try_acquire_owned() {
-            g.admitted.fetch_add(1, Ordering::Relaxed);
-            return Ok(Permit { _permit: p });
+            return Ok(self.permit(p));
         }
         if g.waiting.fetch_add(1, Ordering::AcqRel) >= g.queue_max {
             g.waiting.fetch_sub(1, Ordering::AcqRel);
@@ -129,16 +150,37 @@ impl QueryPool {
         };
         g.waiting.fetch_sub(1, Ordering::AcqRel);
         match waited {
-            Ok(Ok(p)) => {
-                g.admitted.fetch_add(1, Ordering::Relaxed);
-                Ok(Permit { _permit: p })
-            }
+            Ok(Ok(p)) => Ok(self.permit(p)),
             Ok(Err(_closed)) => Err(QueryError::Internal("the query pool is closed".into())),
             Err(crate::context::Stop::Deadline) => {
                 g.expired_waiting.fetch_add(1, Ordering::Relaxed);
                 Err(QueryError::Timeout(ctx.timeout()))
             }
             Err(crate::context::Stop::Cancelled) => Err(QueryError::Cancelled),
+        }
+    }
+
+    fn permit(&self, p: OwnedSemaphorePermit) -> Permit {
+        let number = self.gate.admitted.fetch_add(1, Ordering::Relaxed);
+        self.gate.running_since.lock().insert(number, Instant::now());
+        Permit {
+            _permit: p,
+            gate: self.gate.clone(),
+            number,
+        }
+    }
+
+    pub fn load(&self) -> Load {
+        let g = &self.gate;
+        Load {
+            running: g.concurrency - g.running.available_permits(),
+            waiting: g.waiting.load(Ordering::Relaxed),
+            longest: g
+                .running_since
+                .lock()
+                .values()
+                .next()
+                .map(|t| t.elapsed()),
         }
     }
 

@@ -20,6 +20,10 @@ pub enum Call {
     Q(String),
     /// The empty message kdb+ clients send after async messages.
     Chaser,
+    /// `.z.i`: the process id, which tells a client which member of a
+    /// query group (`rp,PORT`) it reached, as in the KX socket sharding
+    /// whitepaper.
+    Pid,
     /// Anything else: its text, for `'nyi`.
     Nyi(String),
 }
@@ -49,6 +53,9 @@ fn text_call(text: &str) -> Call {
     let t = text.trim();
     if t.is_empty() {
         return Call::Chaser;
+    }
+    if t == ".z.i" {
+        return Call::Pid;
     }
     if let Some(sql) = t.strip_prefix("s)") {
         return Call::Sql(sql.trim().to_string());
@@ -202,6 +209,10 @@ mod tests {
         assert_eq!(
             interpret(&K::string("s) SELECT 1")),
             Call::Sql("SELECT 1".into())
+        );
+        assert_eq!(
+            interpret(&K::string(" .z.i")),
+            Call::Pid
         );
         assert_eq!(
             interpret(&K::string(r#".s.e"SELECT \"x\" FROM t""#)),

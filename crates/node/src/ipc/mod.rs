@@ -34,7 +34,7 @@ use tickdb_ipc::handshake::{self, HANDSHAKE_BYTES_MAX};
 use tickdb_ipc::{Header, Limits, MsgType, HEADER_BYTES, K};
 use tickdb_tp::conn_limit::ConnLimit;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 /// Seconds a new connection has to complete its handshake.
@@ -91,15 +91,20 @@ pub struct IpcOptions {
     pub connections_max: usize,
 }
 
-pub async fn serve(listener: TcpListener, node: Arc<Node>, opts: IpcOptions) {
+/// Serves kdb+ IPC on the connections `acceptor` hands over, until it is
+/// done. When the node drains, a connection waiting for its next message
+/// is closed (kdb+ clients see the handle close and reconnect); one in the
+/// middle of a call answers it first.
+pub async fn serve(mut acceptor: tickdb_net::acceptor::Acceptor, node: Arc<Node>, opts: IpcOptions) {
     let limit = Arc::new(ConnLimit::new(
         "kdb+ IPC",
         "--ipc-connections-max",
         opts.connections_max.max(1),
     ));
     let opts = Arc::new(opts);
-    loop {
-        let (sock, peer) = match listener.accept().await {
+    let (drain, conns) = (acceptor.drain(), acceptor.conns());
+    while let Some(accepted) = acceptor.accept().await {
+        let (sock, peer) = match accepted {
             Ok(x) => x,
             Err(e) => {
                 tracing::warn!("kdb+ IPC accept failed: {e}");
@@ -111,14 +116,15 @@ pub async fn serve(listener: TcpListener, node: Arc<Node>, opts: IpcOptions) {
             limit.note_refused(&peer.to_string());
             continue;
         };
-        let (node, opts) = (node.clone(), opts.clone());
+        let (node, opts, drain, counted) = (node.clone(), opts.clone(), drain.clone(), conns.enter());
         tokio::spawn(async move {
             let _ = sock.set_nodelay(true);
-            match connection(sock, peer, &node, &opts).await {
+            match connection(sock, peer, &node, &opts, drain).await {
                 Ok(()) => tracing::debug!("kdb+ IPC {peer} closed"),
                 Err(why) => tracing::warn!("kdb+ IPC {peer}: {why}; closing the connection"),
             }
             drop(permit);
+            drop(counted);
         });
     }
 }
@@ -178,6 +184,7 @@ async fn connection(
     peer: SocketAddr,
     node: &Arc<Node>,
     opts: &IpcOptions,
+    drain: tokio_util::sync::CancellationToken,
 ) -> Result<(), String> {
     let hs = tokio::time::timeout(
         Duration::from_secs(HANDSHAKE_TIMEOUT_S),
@@ -218,7 +225,7 @@ async fn connection(
         subscriber: None,
         cut_off: None,
     };
-    let result = serve_messages(&mut rd, node, opts, &mut s).await;
+    let result = serve_messages(&mut rd, node, opts, &mut s, &drain).await;
     // Answers already queued still go out; then the writer closes.
     let Session {
         out, subscriber, ..
@@ -272,8 +279,17 @@ async fn serve_messages(
     node: &Arc<Node>,
     opts: &IpcOptions,
     s: &mut Session,
+    drain: &tokio_util::sync::CancellationToken,
 ) -> Result<(), String> {
     loop {
+        // Draining: close between messages, never inside one.
+        tokio::select! {
+            r = rd.readable() => { let _ = r; }
+            _ = drain.cancelled() => {
+                drain_pending(s).await;
+                return Ok(());
+            }
+        }
         let next = match s.cut_off.as_mut() {
             Some(cut) => tokio::select! {
                 m = read_message(rd, &opts.limits) => m,
@@ -332,7 +348,7 @@ fn reap(s: &mut Session) {
 }
 
 /// Waits for every pending acknowledgement.
-async fn drain(s: &mut Session) {
+async fn drain_pending(s: &mut Session) {
     while let Some(a) = s.pending.pop_front() {
         if let Err(e) = a.wait().await {
             s.async_error.get_or_insert_with(|| e.to_string());
@@ -376,8 +392,12 @@ async fn run_call(
     sync: bool,
 ) -> Option<Result<K, QError>> {
     match c {
+        Call::Pid => Some(Ok(K::Atom(tickdb_ipc::Atom::Int(
+            tickdb_ipc::Kind::Int,
+            std::process::id() as i32,
+        )))),
         Call::Chaser => {
-            drain(s).await;
+            drain_pending(s).await;
             Some(match s.async_error.take() {
                 Some(e) => Err(QError::new(
                     "async",
@@ -415,7 +435,7 @@ async fn run_call(
                 Err(e) => return Some(Err(QError::new("write", e.to_string()))),
             };
             if sync {
-                drain(s).await;
+                drain_pending(s).await;
                 Some(match ack.wait().await {
                     Ok(_) => Ok(K::Null),
                     Err(e) => Err(QError::new("write", e.to_string())),

@@ -46,11 +46,17 @@ where
     let _ = framed.close().await;
 }
 
+/// What a session is told when the node drains, as PostgreSQL's shutdown
+/// tells it.
+const DRAIN_MESSAGE: &str =
+    "terminating connection due to administrator command (the node is draining; reconnect to reach another member)";
+
 pub(super) async fn run(
     socket: TcpStream,
     handlers: Arc<TickPgHandlers>,
     connections: Arc<Connections>,
     limits: ConnLimits,
+    drain: tokio_util::sync::CancellationToken,
 ) -> Result<(), String> {
     let startup_deadline = Instant::now() + limits.startup_timeout;
     let negotiated = tokio::time::timeout_at(
@@ -107,8 +113,25 @@ pub(super) async fn run(
         } else {
             None
         };
+        // Between statements a draining node ends the session; a statement
+        // under way (or a startup) finishes first.
+        let idle = matches!(state, PgWireConnectionState::ReadyForQuery);
+        if idle && drain.is_cancelled() {
+            fatal(&mut framed, "57P01", DRAIN_MESSAGE.into()).await;
+            return Ok(());
+        }
+        let next_msg = async {
+            if idle {
+                tokio::select! {
+                    m = framed.next() => Some(m),
+                    _ = drain.cancelled() => None,
+                }
+            } else {
+                Some(framed.next().await)
+            }
+        };
         let next = match wait_until {
-            Some(t) => match tokio::time::timeout_at(t.into(), framed.next()).await {
+            Some(t) => match tokio::time::timeout_at(t.into(), next_msg).await {
                 Ok(m) => m,
                 Err(_) if starting => {
                     fatal(
@@ -132,7 +155,11 @@ pub(super) async fn run(
                     return Err("idle-session timeout".into());
                 }
             },
-            None => framed.next().await,
+            None => next_msg.await,
+        };
+        let Some(next) = next else {
+            fatal(&mut framed, "57P01", DRAIN_MESSAGE.into()).await;
+            return Ok(());
         };
         let msg = match next {
             None => return Ok(()),

@@ -67,7 +67,6 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::TcpListener;
 
 /// Default credentials (documented in docs/sql.md and `--help`).
 pub const PG_USER_DEFAULT: &str = "tickdb";
@@ -117,17 +116,14 @@ impl PgOptions {
     }
 }
 
-/// Serves the PostgreSQL protocol on `listener` until the task is dropped.
-/// Spawn it on the engine's query threads (`QueryEngine::runtime`); the
-/// listener is registered there.
-pub async fn serve(listener: std::net::TcpListener, engine: QueryEngine, opts: PgOptions) {
-    let listener = match TcpListener::from_std(listener) {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::error!("pgwire: cannot use the listener: {e}");
-            return;
-        }
-    };
+/// Serves the PostgreSQL protocol on the connections `acceptor` hands over
+/// until it is done (the node drains) or the task is dropped. Spawn it on
+/// the engine's query threads (`QueryEngine::runtime`). When the node
+/// drains, every session ends politely as PostgreSQL's smart shutdown
+/// does: an idle one at once, a busy one after its query's answer, each
+/// with FATAL 57P01 ("terminating connection due to administrator
+/// command"), which clients show and reconnect on.
+pub async fn serve(mut acceptor: tickdb_net::acceptor::Acceptor, engine: QueryEngine, opts: PgOptions) {
     let connections = Arc::new(Connections::default());
     let handlers = Arc::new(TickPgHandlers::new(
         engine,
@@ -135,8 +131,9 @@ pub async fn serve(listener: std::net::TcpListener, engine: QueryEngine, opts: P
         connections.clone(),
     ));
     let open = Arc::new(tokio::sync::Semaphore::new(opts.connections_max.max(1)));
-    loop {
-        match listener.accept().await {
+    let (drain, conns) = (acceptor.drain(), acceptor.conns());
+    while let Some(accepted) = acceptor.accept().await {
+        match accepted {
             Ok((socket, peer)) => {
                 let _ = socket.set_nodelay(true);
                 let Ok(permit) = open.clone().try_acquire_owned() else {
@@ -148,11 +145,13 @@ pub async fn serve(listener: std::net::TcpListener, engine: QueryEngine, opts: P
                     continue;
                 };
                 let (h, c, limits) = (handlers.clone(), connections.clone(), opts.limits.clone());
+                let (drain, counted) = (drain.clone(), conns.enter());
                 tokio::spawn(async move {
-                    if let Err(e) = connection::run(socket, h, c, limits).await {
+                    if let Err(e) = connection::run(socket, h, c, limits, drain).await {
                         tracing::debug!("pgwire connection {peer}: {e}");
                     }
                     drop(permit);
+                    drop(counted);
                 });
             }
             Err(e) => {
