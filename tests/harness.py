@@ -287,3 +287,28 @@ class Cluster:
 def run(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
     """Runs a short tickdb command to completion."""
     return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=timeout)
+
+
+# --- query groups (socket sharding) ------------------------------------------
+
+def shared(port: int) -> str:
+    """A port flag's value that shares the port (SO_REUSEPORT): rp,PORT."""
+    return f"rp,{port}"
+
+
+def member(cluster: Cluster, tp_port: int, http: int, pg: int, ipc: int | None = None,
+           extra: list[str] = (), start: bool = True) -> Proc:
+    """An rdb in a query group: its HTTP, PostgreSQL (and IPC) ports are the
+    group's shared ones (rp,PORT) and it has an --admin-port of its own. The
+    harness checks readiness there, since the shared port may be answered by
+    another member. proc.shared_url is the group's HTTP address."""
+    admin = free_port()
+    args = ["rdb", "--tp", f"127.0.0.1:{tp_port}", "--http-port", shared(http), "--pg-port", shared(pg),
+            "--admin-port", str(admin)]
+    if ipc is not None:
+        args += ["--ipc-port", shared(ipc)]
+    p = Proc([*args, *extra], cluster._log("member"), http_port=admin)
+    p.admin_port, p.pg_port, p.ipc_port, p.shared_http = admin, pg, ipc, http
+    p.shared_url = f"http://127.0.0.1:{http}"
+    cluster.procs.append(p)
+    return p.start() if start else p

@@ -97,6 +97,7 @@ pub struct PortStatus {
 pub struct QueryPorts {
     ports: Mutex<Vec<Arc<Port>>>,
     drain: CancellationToken,
+    joined: AtomicBool,
 }
 
 impl QueryPorts {
@@ -104,6 +105,7 @@ impl QueryPorts {
         Arc::new(QueryPorts {
             ports: Mutex::new(Vec::new()),
             drain,
+            joined: AtomicBool::new(false),
         })
     }
 
@@ -142,8 +144,10 @@ impl QueryPorts {
         self.ports.lock().clone()
     }
 
-    /// The node is ready: listen on the shared ports bound at start.
+    /// The node is ready: listen on the shared ports bound at start, all
+    /// of them before `/health` says ready (`joined`).
     pub fn join(&self) -> Result<(), String> {
+        let mut joined = Vec::new();
         for p in self.all() {
             let Some(socket) = p.bound.lock().take() else {
                 continue;
@@ -154,6 +158,10 @@ impl QueryPorts {
             let l = tickdb_net::listen_socket(socket, p.ip, &p.spec, &p.what)
                 .map_err(|e| e.to_string())?;
             p.open(l)?;
+            joined.push(p);
+        }
+        self.joined.store(true, Ordering::Release);
+        for p in joined {
             tracing::info!(
                 "ready: joined the query group on {} ({}){}",
                 p.addr(),
@@ -162,6 +170,12 @@ impl QueryPorts {
             );
         }
         Ok(())
+    }
+
+    /// Whether every shared port bound at start is listening (true at
+    /// once when none waits for readiness).
+    pub fn joined(&self) -> bool {
+        self.joined.load(Ordering::Acquire) || self.all().iter().all(|p| p.bound.lock().is_none())
     }
 
     /// Closes every listener for good (drain): with

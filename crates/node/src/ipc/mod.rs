@@ -239,14 +239,28 @@ async fn connection(
 enum Next {
     Message(Header, Vec<u8>),
     Closed,
+    /// The node drains and no message had begun.
+    Drained,
 }
 
 async fn read_message(
     rd: &mut tokio::net::tcp::OwnedReadHalf,
     limits: &Limits,
+    drain: &tokio_util::sync::CancellationToken,
 ) -> Result<Next, tickdb_ipc::IpcError> {
     let mut h = [0u8; HEADER_BYTES];
-    match rd.read_exact(&mut h).await {
+    // Waiting for a message to begin is where a drain closes the handle:
+    // `read` is cancel-safe, so no byte is lost if the drain wins.
+    let first = tokio::select! {
+        r = rd.read(&mut h) => r,
+        _ = drain.cancelled() => return Ok(Next::Drained),
+    };
+    let got = match first {
+        Ok(0) => return Ok(Next::Closed),
+        Ok(n) => n,
+        Err(e) => return Err(tickdb_ipc::IpcError::BadHeader(format!("reading: {e}"))),
+    };
+    match rd.read_exact(&mut h[got..]).await {
         Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(Next::Closed),
         Err(e) => return Err(tickdb_ipc::IpcError::BadHeader(format!("reading: {e}"))),
@@ -282,27 +296,25 @@ async fn serve_messages(
     drain: &tokio_util::sync::CancellationToken,
 ) -> Result<(), String> {
     loop {
-        // Draining: close between messages, never inside one.
-        tokio::select! {
-            r = rd.readable() => { let _ = r; }
-            _ = drain.cancelled() => {
-                drain_pending(s).await;
-                return Ok(());
-            }
-        }
         let next = match s.cut_off.as_mut() {
             Some(cut) => tokio::select! {
-                m = read_message(rd, &opts.limits) => m,
+                m = read_message(rd, &opts.limits, drain) => m,
                 why = cut => {
                     let why = why.unwrap_or_else(|_| "the subscription ended".into());
                     return Err(format!("subscriber cut off: {why}"));
                 }
             },
-            None => read_message(rd, &opts.limits).await,
+            None => read_message(rd, &opts.limits, drain).await,
         };
         let (header, msg) = match next {
             Ok(Next::Message(h, m)) => (h, m),
             Ok(Next::Closed) => return Ok(()),
+            // Draining: close between messages, never inside one; async
+            // writes already sent are acknowledged first.
+            Ok(Next::Drained) => {
+                drain_pending(s).await;
+                return Ok(());
+            }
             Err(e) => {
                 // The stream cannot be resynchronized: say why, then close.
                 send(s, MsgType::Response, &K::Error(e.to_string())).await;
