@@ -10,7 +10,13 @@
 # semi-sync, false failovers in a 10-minute soak, the brief's standby restore,
 # and Redis Sentinel's failover; its etcd parts need Debian's etcd-server and are
 # skipped, saying so, without it), the market-data stack
-# (the Optane kdb+ study: DRAM against fsmem rdbs) and the bulk insert
+# (the Optane kdb+ study: DRAM against fsmem rdbs), the bulk insert, kdb+ IPC
+# and socket sharding (the KX whitepaper "Socket Sharding with kdb+ and Linux":
+# rdbs sharing query ports with rp,PORT; 1000 connections over 4 listeners,
+# listeners added on the fly, a large volume of requests, a busy listener with
+# busy steering off and on, a rolling upgrade without and with a shared port,
+# and the PostgreSQL query throughput of 1, 2 and 4 rdbs; it sets
+# net.ipv4.tcp_migrate_req=1 for its run when root and puts it back)
 # (`tickdb bench report`: QuestDB from Maven Central, which needs java and, on
 # first use, network access to download the jar; Redis from Debian's
 # redis-server, installed here when missing; dd), then SQL
@@ -21,10 +27,24 @@
 #                                   entries in the store and in Redis, 9 restarts of 10M rows,
 #                                   two 30 s robustness phases, the replication sections, and
 #                                   about 20 minutes of failover: 20 rounds of each kind, the
-#                                   10-minute soak, 3 rounds of Sentinel's default 30 s)
+#                                   10-minute soak, 3 rounds of Sentinel's default 30 s,
+#                                   and about 3 minutes of socket sharding)
 #   scripts/bench.sh --quick        small sizes, one repeat (a few minutes)
 #   scripts/bench.sh --no-questdb   without QuestDB
 #   scripts/bench.sh --no-redis     without Redis
+#
+# One section alone, replaced in place in docs/benchmarks.md (from its "## "
+# heading to the next; appended when absent), the rest of the file (the SQL
+# section included) kept, with a note under the header saying what was
+# regenerated, when, and on which machine if it differs from the file's
+# Machine section. Run the binary directly, not this script (which always
+# runs everything and then appends the SQL section):
+#
+#   cargo build --release -p tickdb
+#   target/release/tickdb bench report --only sharding [--quick]
+#                                   (about 3 minutes; --quick about 1;
+#                                   sections: sharding, ipc, failover,
+#                                   replication, robustness, hot-restart, stack)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ ! -x .venv/bin/python ]]; then

@@ -21,6 +21,7 @@ pub mod replication;
 pub mod restart;
 pub mod robustness;
 mod servers;
+pub mod sharding;
 pub mod stack;
 mod stats;
 
@@ -109,8 +110,196 @@ enum BenchCmd {
     /// must end with the same rows and sums, and every subscriber with
     /// exactly the rows fed; a mismatch fails the benchmark.
     Ipc(IpcArgs),
+    /// Socket sharding: the experiments of the KX whitepaper "Socket
+    /// Sharding with kdb+ and Linux" against `tickdb rdb` listeners sharing
+    /// query ports (`rp,PORT`), sizes scaled and stated, and the query
+    /// throughput of 1, 2 and 4 rdbs behind one PostgreSQL port.
+    ///
+    /// Sections: `basic` (§3: 1000 kdb+ IPC connections over 4 listeners,
+    /// each listener's share); `on-the-fly` (§4, Table 1: 2 s requests every
+    /// second, a listener added each period); `volume` (§5: 0.2 s requests
+    /// every 100 ms, 1 to 3 listeners); `busy` (§6, Figure 4: one of two
+    /// listeners blocked; where connections go and how long they wait);
+    /// `rolling` (§7: a rolling upgrade of a listener whose load is a real
+    /// journal replay, without and with a shared port); `throughput`
+    /// (psycopg clients against 1, 2, 4 single-threaded rdbs). Parts 4 to 6
+    /// run with busy steering off and on; steering needs
+    /// net.ipv4.tcp_migrate_req=1, which the benchmark sets for its run
+    /// when root (and puts back). Every request must be answered with the
+    /// expected value by a member of its group, every rdb must give the
+    /// same answer, and the rolling upgrade on rp must fail no request: a
+    /// failed check fails the benchmark.
+    Sharding(ShardingArgs),
     /// Run every benchmark and regenerate docs/benchmarks.md.
+    ///
+    /// With `--only SECTION` (e.g. `--only sharding`), run just that
+    /// section and replace it in place in the existing file (from its `## `
+    /// heading to the next `## ` heading; appended at the end when the file
+    /// has no such heading), keeping the rest of the file, the SQL section
+    /// included; a note under the file's header says which section was
+    /// regenerated alone, when, and on which machine when it differs from
+    /// the file's Machine section. Sections: sharding, ipc, failover,
+    /// replication, robustness, hot-restart, stack.
     Report(ReportArgs),
+}
+
+#[derive(Args, Debug, Clone, Default)]
+struct ShardingArgs {
+    /// Sections to run: basic, on-the-fly, volume, busy, rolling, throughput.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "basic,on-the-fly,volume,busy,rolling,throughput"
+    )]
+    sections: Vec<String>,
+    /// Short periods that prove the pipeline in about 90 s (figures
+    /// indicative only); flags given explicitly still apply.
+    #[arg(long)]
+    quick: bool,
+    /// Trade rows fed to the tp the listeners follow [default: 1M; --quick
+    /// 100k].
+    #[arg(long, value_parser = tickdb_stack::feed::parse_count)]
+    rows: Option<u64>,
+    /// §3: listeners sharing the port.
+    #[arg(long, default_value_t = 4)]
+    basic_listeners: usize,
+    /// §3: connections opened and kept open.
+    #[arg(long, default_value_t = 1000)]
+    connections: usize,
+    /// §4: seconds per period (the paper: 60) [default: 20; --quick 8].
+    #[arg(long)]
+    period_s: Option<f64>,
+    /// §5: seconds per listener count [default: 10; --quick 4].
+    #[arg(long)]
+    volume_s: Option<f64>,
+    /// §6: seconds listener 1 is blocked (the paper: 10) [default: 10;
+    /// --quick 5].
+    #[arg(long)]
+    block_s: Option<f64>,
+    /// §6: the steering run's --busy-query-ms.
+    #[arg(long, default_value_t = 200)]
+    busy_query_ms: u64,
+    /// §7: rows (trades and quotes) in the journal the upgraded listener
+    /// loads, so that its load takes a few seconds (a listener holds them
+    /// all: about 2 GB at 40M, two listeners at once) [default: 40M;
+    /// --quick 1M].
+    #[arg(long, value_parser = tickdb_stack::feed::parse_count)]
+    rolling_rows: Option<u64>,
+    /// Throughput: seconds per setup [default: 10; --quick 4].
+    #[arg(long)]
+    throughput_s: Option<f64>,
+    /// Throughput: rdbs sharing the PostgreSQL port, one setup each.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    throughput_rdbs: Vec<usize>,
+    /// Throughput: psycopg client processes.
+    #[arg(long, default_value_t = 16)]
+    clients: usize,
+    /// Throughput: queries per connection before a client reconnects.
+    #[arg(long, default_value_t = 20)]
+    queries_per_connection: usize,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Also write the results as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+impl ShardingArgs {
+    /// The report's run: the defaults, or --quick's.
+    fn for_report(quick: bool) -> ShardingArgs {
+        ShardingArgs {
+            sections: sharding::SECTIONS.iter().map(|s| s.to_string()).collect(),
+            quick,
+            basic_listeners: 4,
+            connections: 1000,
+            busy_query_ms: 200,
+            throughput_rdbs: vec![1, 2, 4],
+            clients: 16,
+            queries_per_connection: 20,
+            seed: 42,
+            ..ShardingArgs::default()
+        }
+    }
+}
+
+fn sharding_opts(a: &ShardingArgs) -> Result<sharding::ShardingOptions> {
+    for s in &a.sections {
+        if !sharding::SECTIONS.contains(&s.as_str()) {
+            return Err(BenchError::Server(format!(
+                "--sections: unknown section '{s}' (known: {})",
+                sharding::SECTIONS.join(", ")
+            )));
+        }
+    }
+    let q = a.quick;
+    let pick = |v: Option<f64>, full: f64, quick: f64| v.unwrap_or(if q { quick } else { full });
+    let (period_s, volume_s, block_s, throughput_s) = (
+        pick(a.period_s, 20.0, 8.0),
+        pick(a.volume_s, 10.0, 4.0),
+        pick(a.block_s, 10.0, 5.0),
+        pick(a.throughput_s, 10.0, 4.0),
+    );
+    if [period_s, volume_s, block_s, throughput_s]
+        .iter()
+        .any(|x| !(x.is_finite() && *x >= 0.5))
+    {
+        return Err(BenchError::Server(
+            "--period-s, --volume-s, --block-s and --throughput-s must be at least 0.5".into(),
+        ));
+    }
+    if a.basic_listeners == 0
+        || a.connections < 2
+        || a.throughput_rdbs.is_empty()
+        || a.throughput_rdbs.contains(&0)
+        || a.clients == 0
+    {
+        return Err(BenchError::Server(
+            "--basic-listeners, --throughput-rdbs and --clients must be at least 1, --connections at least 2".into(),
+        ));
+    }
+    Ok(sharding::ShardingOptions {
+        sections: a.sections.clone(),
+        quick: q,
+        rows: a.rows.unwrap_or(if q { 100_000 } else { 1_000_000 }).max(1),
+        basic: sharding::basic::BasicOptions {
+            listeners: a.basic_listeners,
+            connections: a.connections,
+        },
+        fly: sharding::fly::FlyOptions {
+            period_s,
+            listeners: 3,
+            interval_s: 1.0,
+            sleep_s: 2.0,
+        },
+        volume: sharding::fly::VolumeOptions {
+            seconds: volume_s,
+            listeners: 3,
+            interval_s: 0.1,
+            sleep_s: 0.2,
+        },
+        busy: sharding::busy::BusyOptions {
+            block_s,
+            interval_s: 0.1,
+            around_s: if q { 1.0 } else { 2.0 },
+            busy_query_ms: a.busy_query_ms,
+        },
+        rolling: sharding::rolling::RollingOptions {
+            rows: a
+                .rolling_rows
+                .unwrap_or(if q { 1_000_000 } else { 40_000_000 })
+                .max(1),
+            interval_s: 0.1,
+            around_s: 1.0,
+            seed: a.seed,
+        },
+        throughput: sharding::throughput::ThroughputOptions {
+            rdbs: a.throughput_rdbs.clone(),
+            seconds: throughput_s,
+            clients: a.clients,
+            per_conn: a.queries_per_connection.max(1),
+        },
+        seed: a.seed,
+    })
 }
 
 #[derive(Args, Debug, Clone, Default)]
@@ -758,7 +947,45 @@ struct ReportArgs {
     /// Skip Redis in the Hot Restart key-value section.
     #[arg(long)]
     no_redis: bool,
+    /// Run only this section and replace it in place in --out, keeping the
+    /// rest of the file (see above): sharding (## Socket sharding), ipc,
+    /// failover, replication, robustness, hot-restart (its two sections),
+    /// stack (the market-data stack and the bulk insert).
+    #[arg(long, value_name = "SECTION", value_parser = clap::builder::PossibleValuesParser::new(REPORT_ONLY.map(|(n, _)| n)))]
+    only: Option<String>,
 }
+
+/// The sections `report --only` runs alone, with the `## ` headings each
+/// writes.
+const REPORT_ONLY: [(&str, &[&str]); 7] = [
+    ("sharding", &[SHARDING_HEADING]),
+    ("ipc", &["## kdb+ IPC"]),
+    ("failover", &["## Failover"]),
+    (
+        "replication",
+        &["## Replication (Zero-Impact Crash Recovery for kdb+)"],
+    ),
+    (
+        "robustness",
+        &["## Robustness: acknowledged writes under hostile queries and clients"],
+    ),
+    (
+        "hot-restart",
+        &[
+            "## Hot Restart: key-value workload (Hot Restart Persistence)",
+            "## Hot Restart: rdb restart and checkpoints",
+        ],
+    ),
+    (
+        "stack",
+        &[
+            "## Market-data stack: DRAM against fsmem rdbs",
+            "## Bulk insert (Zero-Impact Crash Recovery for kdb+)",
+        ],
+    ),
+];
+
+const SHARDING_HEADING: &str = "## Socket sharding";
 
 pub fn run(args: BenchArgs) -> ExitCode {
     child::install_interrupt_handler();
@@ -885,6 +1112,20 @@ fn run_inner(args: BenchArgs) -> Result<()> {
                 return Err(BenchError::Server(format!("ipc: {}", failures.join("; "))));
             }
         }
+        BenchCmd::Sharding(a) => {
+            let r = sharding::run(&bin, &work, &sharding_opts(&a)?)?;
+            if let Some(p) = &a.json {
+                write_json(p, &r)?;
+            }
+            println!("{}", r.markdown());
+            let failures = r.failures();
+            if !failures.is_empty() {
+                return Err(BenchError::Server(format!(
+                    "sharding: {}",
+                    failures.join("; ")
+                )));
+            }
+        }
         BenchCmd::Report(a) => report(&bin, &work, &a)?,
     }
     Ok(())
@@ -1006,6 +1247,9 @@ fn journal_opts(a: &JournalArgs) -> journal::JournalOptionsBench {
 }
 
 fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
+    if let Some(only) = &a.only {
+        return report_only(bin, work, a, only);
+    }
     let machine = machine::Machine::probe(work);
     let started = std::time::SystemTime::now();
     let (ia, la, ja) = if a.quick {
@@ -1074,6 +1318,7 @@ fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
     let repl_md = replication_section(bin, work, a)?;
     let failover_md = failover_section(bin, work, a)?;
     let ipc_md = ipc_section(bin, work, a)?;
+    let sharding_md = sharding_section(bin, work, a)?;
     let secs = started.elapsed().map(|d| d.as_secs()).unwrap_or(0);
     let date = today_utc();
     let profile = if cfg!(debug_assertions) {
@@ -1086,7 +1331,7 @@ fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
     md.push_str(&format!(
         "Generated by `scripts/bench.sh{}` (`tickdb bench report`) on {date}, in {secs} s, with a {profile} build. \
          Every peer figure was measured in the same run on the same machine. Regenerate with the same command; \
-         `tickdb bench ingest|latency|journal|kv|restart|stack|insert|replication|failover|ipc --help` runs one part with other sizes.\n\n",
+         `tickdb bench ingest|latency|journal|kv|restart|stack|insert|replication|failover|ipc|sharding --help` runs one part with other sizes, and `tickdb bench report --only SECTION` regenerates one section in place.\n\n",
         if a.quick { " --quick" } else { "" }
     ));
     md.push_str("## Machine\n\n");
@@ -1109,6 +1354,7 @@ fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
     md.push_str(&failover_md);
     md.push_str(&stack_md);
     md.push_str(&ipc_md);
+    md.push_str(&sharding_md);
     std::fs::write(&a.out, md).map_err(BenchError::io(format!("writing {}", a.out.display())))?;
     eprintln!("wrote {}", a.out.display());
     Ok(())
@@ -1197,6 +1443,159 @@ fn ipc_section(bin: &Path, work: &Path, a: &ReportArgs) -> Result<String> {
         return Err(BenchError::Server(format!("ipc: {}", failures.join("; "))));
     }
     Ok(format!("\n## kdb+ IPC\n\n{}", r.markdown()))
+}
+
+/// The socket sharding section: the experiments of the KX whitepaper
+/// "Socket Sharding with kdb+ and Linux" and the PostgreSQL throughput of
+/// rdbs sharing a port. A failed check fails the report.
+fn sharding_section(bin: &Path, work: &Path, a: &ReportArgs) -> Result<String> {
+    eprintln!("[sharding] socket sharding: the KX whitepaper's experiments, query throughput");
+    let r = sharding::run(
+        bin,
+        work,
+        &sharding_opts(&ShardingArgs::for_report(a.quick))?,
+    )?;
+    let failures = r.failures();
+    if !failures.is_empty() {
+        return Err(BenchError::Server(format!(
+            "sharding: {}",
+            failures.join("; ")
+        )));
+    }
+    Ok(format!("\n{SHARDING_HEADING}\n\n{}", r.markdown()))
+}
+
+/// `report --only SECTION`: runs that section and puts it in place in the
+/// existing file.
+fn report_only(bin: &Path, work: &Path, a: &ReportArgs, only: &str) -> Result<()> {
+    let machine = machine::Machine::probe(work);
+    let started = std::time::SystemTime::now();
+    let md = match only {
+        "sharding" => sharding_section(bin, work, a)?,
+        "ipc" => ipc_section(bin, work, a)?,
+        "failover" => failover_section(bin, work, a)?,
+        "replication" => replication_section(bin, work, a)?,
+        "robustness" => robustness_section(bin, work, a)?,
+        "hot-restart" => hot_restart_sections(bin, work, a)?,
+        "stack" => stack_and_insert_sections(bin, work, a)?,
+        other => {
+            return Err(BenchError::Server(format!(
+                "--only: unknown section '{other}' (known: {})",
+                REPORT_ONLY.map(|(n, _)| n).join(", ")
+            )))
+        }
+    };
+    let secs = started.elapsed().map(|d| d.as_secs()).unwrap_or(0);
+    let old = match std::fs::read_to_string(&a.out) {
+        Ok(t) => Some(t),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(BenchError::io(format!("reading {}", a.out.display()))(e)),
+    };
+    let doc = old.unwrap_or_else(|| {
+        format!(
+            "# Benchmarks\n\n## Machine\n\n{}\nThe benchmark clients, the servers and the peers share this machine's cores, so every figure includes the client's own CPU cost.\n",
+            machine.markdown()
+        )
+    });
+    let file_cpu = doc
+        .lines()
+        .find_map(|l| l.strip_prefix("- CPU: "))
+        .map(str::to_string);
+    let here = format!("{} ({} cores available)", machine.cpu, machine.cores);
+    let elsewhere = match &file_cpu {
+        Some(c) if *c != here => format!(
+            " on another machine than the Machine section's: {}",
+            machine.summary()
+        ),
+        _ => String::new(),
+    };
+    let headings: Vec<String> = REPORT_ONLY
+        .iter()
+        .find(|(n, _)| *n == only)
+        .map(|(_, h)| h.iter().map(|h| format!("\"{}\"", &h[3..])).collect())
+        .unwrap_or_default();
+    let note = format!(
+        "`tickdb bench report --only {only}{}` regenerated {} alone on {}, in {secs} s, with a {} build{elsewhere}; the other sections are from the run above.",
+        if a.quick { " --quick" } else { "" },
+        headings.join(" and "),
+        today_utc(),
+        build_profile()
+    );
+    let doc = replace_sections(&doc, &md);
+    let doc = set_only_note(&doc, only, &note);
+    std::fs::write(&a.out, doc).map_err(BenchError::io(format!("writing {}", a.out.display())))?;
+    eprintln!("replaced the {only} section(s) of {}", a.out.display());
+    Ok(())
+}
+
+/// Puts each `## ` section of `new` in `doc`: from the line with the same
+/// heading to the next `## ` heading (or the end) is replaced; a heading
+/// `doc` lacks is appended at the end.
+fn replace_sections(doc: &str, new: &str) -> String {
+    let mut out = doc.to_string();
+    for chunk in split_sections(new) {
+        let heading = chunk.lines().next().unwrap_or("").trim_end().to_string();
+        let lines: Vec<&str> = out.split_inclusive('\n').collect();
+        let at = lines.iter().position(|l| l.trim_end() == heading);
+        out = match at {
+            Some(i) => {
+                let end = lines[i + 1..]
+                    .iter()
+                    .position(|l| l.starts_with("## "))
+                    .map(|j| i + 1 + j)
+                    .unwrap_or(lines.len());
+                let mut body = chunk.trim_end().to_string();
+                body.push_str(if end < lines.len() { "\n\n" } else { "\n" });
+                format!("{}{}{}", lines[..i].concat(), body, lines[end..].concat())
+            }
+            None => {
+                let mut s = out.trim_end().to_string();
+                s.push_str("\n\n");
+                s.push_str(chunk.trim_end());
+                s.push('\n');
+                s
+            }
+        };
+    }
+    out
+}
+
+/// The `## ` sections of a report part, each from its heading on.
+fn split_sections(md: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for line in md.split_inclusive('\n') {
+        if line.starts_with("## ") {
+            out.push(String::new());
+        }
+        if let Some(cur) = out.last_mut() {
+            cur.push_str(line);
+        }
+    }
+    out
+}
+
+/// The note under the file's header that `report --only SECTION` ran: an
+/// earlier note for the same section is replaced, else it goes before the
+/// first `## ` heading.
+fn set_only_note(doc: &str, only: &str, note: &str) -> String {
+    let key = format!("`tickdb bench report --only {only}");
+    let mut lines: Vec<String> = doc.lines().map(str::to_string).collect();
+    if let Some(l) = lines
+        .iter_mut()
+        .find(|l| l.starts_with(&key) && l[key.len()..].starts_with(['`', ' ']))
+    {
+        *l = note.to_string();
+    } else {
+        let at = lines
+            .iter()
+            .position(|l| l.starts_with("## "))
+            .unwrap_or(lines.len());
+        lines.insert(at, String::new());
+        lines.insert(at, note.to_string());
+    }
+    let mut s = lines.join("\n");
+    s.push('\n');
+    s
 }
 
 /// The Hot Restart sections: the key-value workload of Hot Restart
@@ -1319,6 +1718,51 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn report_only_replaces_one_section_in_place() {
+        let doc = "# Benchmarks\n\nGenerated by x.\n\n## Machine\n\n- CPU: A (2 cores available)\n\n## kdb+ IPC\n\nold ipc\n\n### sub\n\nmore old\n\n## SQL\n\nsql stays\n";
+        let new = "\n## kdb+ IPC\n\nnew ipc\n";
+        let out = super::replace_sections(doc, new);
+        assert_eq!(
+            out,
+            "# Benchmarks\n\nGenerated by x.\n\n## Machine\n\n- CPU: A (2 cores available)\n\n## kdb+ IPC\n\nnew ipc\n\n## SQL\n\nsql stays\n"
+        );
+        // Absent: appended; the last section keeps one trailing newline.
+        let out = super::replace_sections(&out, "\n## Socket sharding\n\nshards\n");
+        assert!(
+            out.ends_with("sql stays\n\n## Socket sharding\n\nshards\n"),
+            "{out}"
+        );
+        let again = super::replace_sections(&out, "\n## Socket sharding\n\nshards 2\n");
+        assert!(
+            again.ends_with("sql stays\n\n## Socket sharding\n\nshards 2\n"),
+            "{again}"
+        );
+        // Two sections at once, each in its place.
+        let two = "\n## A\n\na2\n\n## B\n\nb2\n";
+        let out = super::replace_sections("## A\n\na1\n\n## C\n\nc\n\n## B\n\nb1\n", two);
+        assert_eq!(out, "## A\n\na2\n\n## C\n\nc\n\n## B\n\nb2\n");
+        // The note: inserted before the first heading, then replaced.
+        let n1 = super::set_only_note(doc, "sharding", "`tickdb bench report --only sharding` one");
+        assert!(
+            n1.contains(
+                "Generated by x.\n\n`tickdb bench report --only sharding` one\n\n## Machine"
+            ),
+            "{n1}"
+        );
+        let n2 = super::set_only_note(
+            &n1,
+            "sharding",
+            "`tickdb bench report --only sharding --quick` two",
+        );
+        assert!(
+            !n2.contains(" one") && n2.contains("--quick` two\n\n## Machine"),
+            "{n2}"
+        );
+        let n3 = super::set_only_note(&n2, "ipc", "`tickdb bench report --only ipc` three");
+        assert!(n3.contains("--quick` two") && n3.contains("three"), "{n3}");
+    }
+
     #[test]
     fn civil_dates() {
         assert_eq!(super::civil_from_days(0), (1970, 1, 1));

@@ -37,6 +37,8 @@ use tokio_util::sync::CancellationToken;
 
 /// How often busy steering looks at the query load, in milliseconds.
 pub const STEER_CHECK_MS: u64 = 20;
+/// How long a member leaving a group waits for its socket to close, in ms.
+pub const LEAVE_WAIT_MS: u64 = 200;
 /// How often the listeners on each shared port are counted, in ms.
 pub const GROUP_WATCH_MS: u64 = 500;
 
@@ -297,7 +299,7 @@ impl QueryPorts {
                     if group::migrate_req() != Some(true) {
                         continue;
                     }
-                    let (left, stayed) = self.leave(&why);
+                    let (left, stayed) = self.leave().await;
                     if !left.is_empty() {
                         stuck_logged = false;
                         tracing::warn!(
@@ -334,7 +336,7 @@ impl QueryPorts {
     }
 
     /// Closes each open shared listener this member is not the last on.
-    fn leave(&self, _why: &str) -> (Vec<String>, Vec<String>) {
+    async fn leave(&self) -> (Vec<String>, Vec<String>) {
         let (mut left, mut stayed) = (Vec::new(), Vec::new());
         for p in self.all() {
             if !p.shared() || !p.ctl.is_open() {
@@ -352,12 +354,19 @@ impl QueryPorts {
                 Ok(n) if n > 1 => {
                     p.away.store(true, Ordering::Relaxed);
                     p.ctl.set(Slot::Closed);
+                    // The acceptor task drops the socket when it next
+                    // runs: hold the lock until the kernel has it gone, so
+                    // the next member to decide counts this one out.
+                    let deadline = std::time::Instant::now() + Duration::from_millis(LEAVE_WAIT_MS);
+                    while group::listeners_on(p.addr()).is_ok_and(|now| now >= n)
+                        && std::time::Instant::now() < deadline
+                    {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
                     left.push(name);
                 }
                 _ => stayed.push(name),
             }
-            // Held until the listener is closed, so the next member to
-            // decide counts this one gone.
             drop(lock);
         }
         (left, stayed)

@@ -1,0 +1,778 @@
+//! `tickdb bench sharding`: the experiments of the KX whitepaper "Socket
+//! Sharding with kdb+ and Linux" (Marcus Clarke), run against tickdb on
+//! this machine with the sizes scaled and stated, plus the query throughput
+//! of rdbs sharing one PostgreSQL port.
+//!
+//! The listeners are `tickdb rdb` processes following one `tickdb tp` (fed
+//! with trade rows over ILP) and sharing query ports with `rp,PORT`; each
+//! has an `--admin-port` of its own, where the benchmark watches it load
+//! and become ready. The clients speak kdb+ IPC where the paper's did (q's
+//! `hopen`, `.z.i`, `"s)SELECT ..."`) and PostgreSQL (psycopg) for the
+//! throughput section. kdb+ itself cannot be run here: the paper's figures
+//! are quoted beside each table, and where tickdb has something the paper
+//! did not (busy steering) the comparison is steering off against on.
+//!
+//! Sections (`--sections`):
+//!
+//! - `basic` (§3): 1000 connections over 4 listeners.
+//! - `on-the-fly` (§4, Table 1): 2 s requests every second, a listener
+//!   added each period.
+//! - `volume` (§5): 0.2 s requests every 100 ms, 1, 2 and 3 listeners.
+//! - `busy` (§6, Figure 4): one of two listeners blocked.
+//! - `rolling` (§7): a rolling upgrade without and with a shared port.
+//! - `throughput`: 1, 2 and 4 rdbs behind one PostgreSQL port.
+//!
+//! Busy steering needs `net.ipv4.tcp_migrate_req=1`: the benchmark sets it
+//! for its run when it is root (and puts the old value back), and says when
+//! it cannot. Every section checks what it can (every request answered,
+//! with the right value, by a member of the group; the rdbs' answers equal;
+//! no failed request in the rolling upgrade on `rp`) and a failed check
+//! fails the benchmark.
+
+pub mod basic;
+pub mod busy;
+pub mod fly;
+pub mod group;
+pub mod q;
+pub mod rolling;
+pub mod throughput;
+pub mod timer;
+
+use crate::error::Result;
+use crate::stats::si;
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use serde::Serialize;
+use std::path::Path;
+
+pub const SECTIONS: [&str; 6] = [
+    "basic",
+    "on-the-fly",
+    "volume",
+    "busy",
+    "rolling",
+    "throughput",
+];
+
+/// The paper's title and author, as the report quotes them.
+pub const PAPER: &str =
+    "\"Socket Sharding with kdb+ and Linux\" (KX technical whitepaper, Marcus Clarke)";
+
+/// Busy steering off (`--no-busy-steering`, the kernel alone, as kdb+) or on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Steering {
+    Off,
+    On,
+}
+
+impl Steering {
+    pub const BOTH: [Steering; 2] = [Steering::Off, Steering::On];
+
+    pub fn short(self) -> &'static str {
+        match self {
+            Steering::Off => "off",
+            Steering::On => "on",
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Steering::Off => "steering off",
+            Steering::On => "steering on",
+        }
+    }
+
+    /// A single-threaded listener (one query at a time, like a kdb+
+    /// process), with steering off or on (`--busy-query-ms` when given).
+    pub fn flags(self, busy_query_ms: Option<u64>) -> Vec<String> {
+        let mut f: Vec<String> = ["--query-concurrency", "1", "--query-threads", "1"]
+            .map(String::from)
+            .to_vec();
+        match (self, busy_query_ms) {
+            (Steering::Off, _) => f.push("--no-busy-steering".into()),
+            (Steering::On, Some(ms)) => f.extend(["--busy-query-ms".into(), ms.to_string()]),
+            (Steering::On, None) => {}
+        }
+        f
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ShardingOptions {
+    pub sections: Vec<String>,
+    pub quick: bool,
+    /// Trade rows fed to the tp every listener follows.
+    pub rows: u64,
+    pub basic: basic::BasicOptions,
+    pub fly: fly::FlyOptions,
+    pub volume: fly::VolumeOptions,
+    pub busy: busy::BusyOptions,
+    pub rolling: rolling::RollingOptions,
+    pub throughput: throughput::ThroughputOptions,
+    pub seed: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ShardingReport {
+    pub options: ShardingOptions,
+    pub cores: usize,
+    pub sysctl: group::Sysctl,
+    pub basic: Option<basic::BasicRun>,
+    pub fly: Vec<fly::FlyRun>,
+    pub volume: Vec<fly::VolumeCell>,
+    pub busy: Vec<busy::BusyRun>,
+    pub rolling: Option<rolling::RollingRun>,
+    pub throughput: Option<throughput::ThroughputRun>,
+    /// Failed checks: any fails the benchmark.
+    pub failures: Vec<String>,
+    pub seconds: f64,
+    pub machine: String,
+    pub date: String,
+    pub profile: &'static str,
+}
+
+fn bar(mp: &MultiProgress, len: u64, template: &str) -> ProgressBar {
+    let pb = mp.add(ProgressBar::new(len));
+    pb.set_style(
+        ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    pb
+}
+
+/// Runs `f` for steering off and on at the same time, on ports and
+/// listeners of their own, each with its progress bar. Their requests
+/// mostly sleep (`pg_sleep`), so the two barely share the CPU.
+fn off_and_on<T: Send>(
+    mp: &MultiProgress,
+    len: u64,
+    what: &str,
+    unit: &str,
+    f: impl Fn(Steering, &ProgressBar) -> Result<T> + Sync,
+) -> Result<(T, T)> {
+    let bars = Steering::BOTH.map(|s| {
+        bar(
+            mp,
+            len,
+            &format!(
+                "{what}, {:<12} {{bar:30}} {{pos}}/{{len}} {unit} {{msg}}",
+                s.label()
+            ),
+        )
+    });
+    let (a, b) = std::thread::scope(|sc| {
+        let f = &f;
+        let hs = [0, 1].map(|i| {
+            let pb = &bars[i];
+            sc.spawn(move || f(Steering::BOTH[i], pb))
+        });
+        let [a, b] = hs;
+        (
+            a.join().unwrap_or_else(|_| {
+                Err(crate::error::BenchError::Server(format!(
+                    "{what}: a thread panicked"
+                )))
+            }),
+            b.join().unwrap_or_else(|_| {
+                Err(crate::error::BenchError::Server(format!(
+                    "{what}: a thread panicked"
+                )))
+            }),
+        )
+    });
+    for b in &bars {
+        b.finish_and_clear();
+    }
+    Ok((a?, b?))
+}
+
+pub fn run(bin: &Path, work: &Path, o: &ShardingOptions) -> Result<ShardingReport> {
+    let started = std::time::Instant::now();
+    let machine = crate::machine::Machine::probe(work);
+    let wants = |s: &str| o.sections.iter().any(|x| x == s);
+    let guard = group::MigrateReqGuard::acquire();
+    let mp = MultiProgress::new();
+    let mut failures = Vec::new();
+    let dir = group::dir(work, "sharding")?;
+    let needs_feed = SECTIONS
+        .iter()
+        .filter(|s| **s != "rolling")
+        .any(|s| wants(s));
+    let feed = if needs_feed {
+        eprintln!(
+            "sharding: feeding {} trade rows to the tp",
+            si(o.rows as f64)
+        );
+        Some(group::feed_trades(bin, &dir, o.rows, o.seed)?)
+    } else {
+        None
+    };
+    let tp = feed.as_ref().map(|f| f.tp.tp).unwrap_or(0);
+
+    let basic = if wants("basic") {
+        let pb = bar(
+            &mp,
+            o.basic.connections as u64,
+            "§3 basic: connections {bar:30} {pos}/{len} {per_sec}",
+        );
+        let r = basic::run_basic(bin, &dir, tp, &o.basic, &pb);
+        pb.finish_and_clear();
+        let r = r?;
+        eprintln!(
+            "sharding §3: {} connections over {} listeners: {}; {} consecutive to the same listener",
+            r.connections,
+            r.listeners,
+            r.per_listener
+                .iter()
+                .map(|(_, n)| format!("{:.1}%", 100.0 * *n as f64 / r.connections as f64))
+                .collect::<Vec<_>>()
+                .join(", "),
+            r.same_as_previous
+        );
+        failures.extend(r.failures.clone());
+        Some(r)
+    } else {
+        None
+    };
+
+    let mut fly_runs = Vec::new();
+    if wants("on-the-fly") {
+        let len = (o.fly.period_s * o.fly.listeners as f64 * 1000.0) as u64;
+        let (a, b) = off_and_on(&mp, len, "§4 on the fly", "ms", |s, pb| {
+            fly::run_fly(bin, &dir, tp, s, &o.fly, pb)
+        })?;
+        for r in [a, b] {
+            eprintln!(
+                "sharding §4, {}: {}",
+                r.steering.label(),
+                r.periods
+                    .iter()
+                    .map(|p| format!(
+                        "period {}: {} requests, {} avg",
+                        p.period,
+                        p.stats.answered,
+                        secs(p.stats.mean_s)
+                    ))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+            failures.extend(r.failures.clone());
+            fly_runs.push(r);
+        }
+    }
+
+    let mut volume = Vec::new();
+    if wants("volume") {
+        let len = (o.volume.seconds * o.volume.listeners as f64 * 1000.0) as u64;
+        let (a, b) = off_and_on(&mp, len, "§5 volume", "ms", |s, pb| {
+            fly::run_volume(bin, &dir, tp, s, &o.volume, pb)
+        })?;
+        for (cells, fs) in [a, b] {
+            for c in &cells {
+                eprintln!(
+                    "sharding §5, {} listener(s), {}: {:.1} answers/s, median {}, p99 {}",
+                    c.listeners,
+                    c.steering.label(),
+                    c.throughput,
+                    secs(c.stats.p50_s),
+                    secs(c.stats.p99_s)
+                );
+            }
+            volume.extend(cells);
+            failures.extend(fs);
+        }
+        volume.sort_by_key(|c| (c.listeners, c.steering == Steering::On));
+    }
+
+    let mut busy_runs = Vec::new();
+    if wants("busy") {
+        let len = ((o.busy.block_s + 2.0 * o.busy.around_s) * 1000.0) as u64;
+        let (a, b) = off_and_on(&mp, len, "§6 busy", "ms", |s, pb| {
+            busy::run_busy(bin, &dir, tp, s, &o.busy, pb)
+        })?;
+        for r in [a, b] {
+            eprintln!(
+                "sharding §6, {}: during the {:.1} s block {} connections, {} to the blocked listener ({} after {} ms), max wait {}",
+                r.steering.label(),
+                r.block_end_s,
+                r.during,
+                r.to_blocked,
+                r.to_blocked_after_busy_ms,
+                r.busy_query_ms,
+                secs(r.max_wait_s)
+            );
+            failures.extend(r.failures.clone());
+            busy_runs.push(r);
+        }
+    }
+
+    let throughput = if wants("throughput") {
+        let n = o.throughput.rdbs.len() as u64;
+        let pb = bar(
+            &mp,
+            n * ((o.throughput.seconds * 1000.0) as u64 + 700),
+            "throughput (PostgreSQL) {bar:30} {pos}/{len} ms",
+        );
+        let r = throughput::run_throughput(bin, &dir, tp, &o.throughput, &pb);
+        pb.finish_and_clear();
+        let r = r?;
+        for c in &r.cells {
+            eprintln!(
+                "sharding throughput: {} rdb(s): {:.1} queries/s",
+                c.rdbs, c.qps
+            );
+        }
+        failures.extend(r.failures.clone());
+        Some(r)
+    } else {
+        None
+    };
+    // The shared tp is not needed any more: the rolling upgrade has its own.
+    drop(feed);
+
+    let rolling = if wants("rolling") {
+        let pb = bar(&mp, 3, "§7 rolling upgrade {bar:30} {pos}/{len} {msg}");
+        let r = rolling::run_rolling(bin, &dir, &o.rolling, &pb);
+        pb.finish_and_clear();
+        let r = r?;
+        for u in [&r.plain, &r.shared] {
+            eprintln!(
+                "sharding §7, {}: load {:.2} s, downtime {:.2} s, {} failed requests",
+                if u.shared { "rp" } else { "plain port" },
+                u.load_s,
+                u.downtime_s,
+                u.failed
+            );
+        }
+        failures.extend(r.failures.clone());
+        Some(r)
+    } else {
+        None
+    };
+
+    let sysctl = guard.state.clone();
+    drop(guard);
+    Ok(ShardingReport {
+        options: o.clone(),
+        cores: machine.cores,
+        sysctl,
+        basic,
+        fly: fly_runs,
+        volume,
+        busy: busy_runs,
+        rolling,
+        throughput,
+        failures,
+        seconds: started.elapsed().as_secs_f64(),
+        machine: machine.summary(),
+        date: crate::today_utc(),
+        profile: crate::build_profile(),
+    })
+}
+
+fn secs(x: Option<f64>) -> String {
+    match x {
+        Some(s) if s < 1.0 => format!("{:.0} ms", s * 1000.0),
+        Some(s) => format!("{s:.3} s"),
+        None => "n/a".into(),
+    }
+}
+
+fn pct(n: usize, of: usize) -> String {
+    if of == 0 {
+        "n/a".into()
+    } else {
+        format!("{:.1}%", 100.0 * n as f64 / of as f64)
+    }
+}
+
+impl ShardingReport {
+    pub fn failures(&self) -> &[String] {
+        &self.failures
+    }
+
+    fn steering_note(&self, s: Steering) -> &'static str {
+        match s {
+            Steering::Off => "steering off",
+            Steering::On if self.sysctl.steering_possible() => "steering on",
+            Steering::On => "steering on (inactive: tcp_migrate_req is 0)",
+        }
+    }
+
+    pub fn markdown(&self) -> String {
+        let o = &self.options;
+        let mut s = String::new();
+        s.push_str(&format!(
+            "The experiments of {PAPER}, run against tickdb on this machine ({} cores available; the listeners, the tp and the clients all share them), with the paper's durations scaled as stated in each part{}. \
+             Listeners are `tickdb rdb` processes following one `tickdb tp` fed {} `trade` rows over ILP (500 symbols), sharing their query ports with `rp,PORT` (SO_REUSEPORT); each also has an `--admin-port` of its own, where the benchmark sees it load and become ready. \
+             A member listens on a shared port only once it is ready. Clients speak kdb+ IPC as the paper's q clients did (login, `.z.i`, `\"s)SELECT …\"`), and PostgreSQL (psycopg) for the throughput part. \
+             kdb+ itself cannot be run here, so the paper's figures are quoted beside ours. tickdb adds busy steering, which the paper does not have: a member whose queries saturate it closes its shared listening sockets (queued connections move to the other members when `net.ipv4.tcp_migrate_req` is 1) and reopens them when it has capacity again, never closing the last listener on a port. Parts 4 to 6 are run with steering off (`--no-busy-steering`: the kernel alone, as in kdb+) and on, the two at the same time on ports and listeners of their own: their requests mostly sleep, so they barely share the CPU. {}.\n\n",
+            self.cores,
+            if o.quick { " (`--quick`: shorter still; the figures are indicative only)" } else { "" },
+            si(o.rows as f64),
+            self.sysctl.note
+        ));
+        if let Some(b) = &self.basic {
+            s.push_str(&self.basic_markdown(b));
+        }
+        if !self.fly.is_empty() {
+            s.push_str(&self.fly_markdown());
+        }
+        if !self.volume.is_empty() {
+            s.push_str(&self.volume_markdown());
+        }
+        if !self.busy.is_empty() {
+            s.push_str(&self.busy_markdown());
+        }
+        if let Some(r) = &self.rolling {
+            s.push_str(&self.rolling_markdown(r));
+        }
+        if let Some(t) = &self.throughput {
+            s.push_str(&self.throughput_markdown(t));
+        }
+        s.push_str(&format!(
+            "\nMeasured on {}, {}, with a {} build, in {:.0} s.\n",
+            self.machine, self.date, self.profile, self.seconds
+        ));
+        if self.failures.is_empty() {
+            s.push_str("\nChecks: all passed (every request answered with the expected value by a listener of its group; every rdb gave the same answer; no failed request in the rolling upgrade on `rp`).\n");
+        } else {
+            s.push_str("\nChecks FAILED:\n\n");
+            for f in &self.failures {
+                s.push_str(&format!("- {f}\n"));
+            }
+        }
+        s
+    }
+
+    fn basic_markdown(&self, b: &basic::BasicRun) -> String {
+        let mut s = String::from("### 3. Basic sharding implementation\n\n");
+        s.push_str(&format!(
+            "{} listeners share one kdb+ IPC port (`--ipc-port rp,PORT`, `--ipc-connections-max {}`); a client opens {} connections one after the other, keeps them all open, and asks `.z.i` (the listener's pid) on each, as the paper's ``{{h,:hopen `::5000}}each til 1000``. {} s for all of them.\n\n",
+            b.listeners,
+            b.connections + 64,
+            b.connections,
+            format_args!("{:.2}", b.seconds)
+        ));
+        s.push_str("| listener | connections | share | paper's share |\n|---|---|---|---|\n");
+        for (i, (pid, n)) in b.per_listener.iter().enumerate() {
+            s.push_str(&format!(
+                "| {} (pid {pid}) | {n} | {} | {} |\n",
+                i + 1,
+                pct(*n, b.connections),
+                basic::PAPER_SHARES
+                    .get(i)
+                    .map(|x| format!("{x:.1}%"))
+                    .unwrap_or_else(|| "—".into())
+            ));
+        }
+        let pairs = b.connections.saturating_sub(1);
+        s.push_str(&format!(
+            "\nConsecutive connections to the same listener (the 0b's of the paper's `differ`): {} of {pairs} ({}; uniformly random choice among {} gives {:.1}%); the longest run to one listener: {}. The first 20 of `differ`: `{}` (the paper's: `10111010110110100100`). The kernel picks a listener by a hash of each connection's addresses and ports, so the split is even but not round-robin, as in the paper.\n\n",
+            b.same_as_previous,
+            pct(b.same_as_previous, pairs),
+            b.listeners,
+            100.0 / b.listeners.max(1) as f64,
+            b.longest_run,
+            b.differ_head
+        ));
+        s
+    }
+
+    fn fly_markdown(&self) -> String {
+        let o = &self.options.fly;
+        let scale = o.period_s / fly::PAPER_PERIOD_S;
+        let mut s =
+            String::from("### 4. Adding more listeners on the fly (the paper's Table 1)\n\n");
+        s.push_str(&format!(
+            "Single-threaded listeners (`--query-concurrency 1 --query-threads 1`, one query at a time like a kdb+ process) share a kdb+ IPC port. The paper's timer client: every {} s it notes the time, opens a connection (`hopen`), sends a request that takes {} s (`s)select pg_sleep({})`) and records the time taken when the answer comes back. In kdb+ a busy listener does not complete `hopen`, which holds up the single-threaded client and its timer; tickdb accepts while busy, so the client's `hopen` here also asks `s)select pg_backend_pid()`, which waits for the listener's only query slot as the paper's `hopen` waits for its busy listener. \
+             One listener for the first period, a second started at the start of the second period, a third at the third; a period is {} s here against the paper's 60 s (×{scale:.2}), so the paper's request counts are scaled by {scale:.2} for comparison. Requests are grouped by when the timer fired, as the paper's `select avg timeTaken by sendTime.minute`. A listener's join time includes its load (replaying the tp's journal): when each became ready is stated.\n\n",
+            o.interval_s, o.sleep_s, o.sleep_s, o.period_s
+        ));
+        for r in &self.fly {
+            s.push_str(&format!("**{}**", self.steering_note(r.steering)));
+            let joins: Vec<String> = r
+                .joins
+                .iter()
+                .skip(1)
+                .map(|j| {
+                    format!(
+                        "listener {} started at +{:.1} s, ready at +{:.2} s (load {:.2} s)",
+                        j.listener, j.started_s, j.ready_s, j.load_s
+                    )
+                })
+                .collect();
+            if !joins.is_empty() {
+                s.push_str(&format!(" — {}", joins.join("; ")));
+            }
+            s.push_str(":\n\n| period | listeners | requests processed | average response time | median | p99 | failed | paper: requests (×scale) | paper: average response time |\n|---|---|---|---|---|---|---|---|---|\n");
+            for p in &r.periods {
+                let i = p.period - 1;
+                s.push_str(&format!(
+                    "| {} ({:.0}–{:.0} s) | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                    p.period,
+                    i as f64 * o.period_s,
+                    (i + 1) as f64 * o.period_s,
+                    p.listeners,
+                    p.stats.answered,
+                    secs(p.stats.mean_s),
+                    secs(p.stats.p50_s),
+                    secs(p.stats.p99_s),
+                    p.stats.failed,
+                    fly::PAPER_REQUESTS
+                        .get(i)
+                        .map(|x| format!("{x} ({:.1})", x * scale))
+                        .unwrap_or_else(|| "—".into()),
+                    fly::PAPER_AVG_S
+                        .get(i)
+                        .map(|x| format!("{x:.3} s"))
+                        .unwrap_or_else(|| "—".into()),
+                ));
+            }
+            s.push('\n');
+        }
+        s
+    }
+
+    fn volume_markdown(&self) -> String {
+        let o = &self.options.volume;
+        let mut s = String::from("### 5. Sending a large volume of requests\n\n");
+        s.push_str(&format!(
+            "The same client and listeners as part 4, its timer every {:.0} ms and each request {} s (`s)select pg_sleep({})`), against 1, 2 and 3 listeners, {} s each (the paper does not give its duration); each listener is added once the previous phase's answers are in. \
+             Throughput is the answers that came back during the phase, per second; the other columns cover every request sent in it. The paper (its Figures 1 to 3, no figures given in numbers): one listener gives a consistent response time; two and three process more requests with a lower overall response time but a higher variance, because consecutive connections can land on the same listener.\n\n",
+            o.interval_s * 1000.0,
+            o.sleep_s,
+            o.sleep_s,
+            o.seconds
+        ));
+        s.push_str("| listeners | steering | requests | answers/s | median | p99 | max | failed | per listener |\n|---|---|---|---|---|---|---|---|---|\n");
+        for c in &self.volume {
+            s.push_str(&format!(
+                "| {} | {} | {} | {:.2} | {} | {} | {} | {} | {} |\n",
+                c.listeners,
+                self.steering_note(c.steering),
+                c.stats.sent,
+                c.throughput,
+                secs(c.stats.p50_s),
+                secs(c.stats.p99_s),
+                secs(c.stats.max_s),
+                c.stats.failed,
+                c.stats
+                    .per_listener
+                    .values()
+                    .map(|n| n.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" / ")
+            ));
+        }
+        s.push_str(&format!(
+            "\nAt most {:.0} requests a second can be answered by one listener (each takes {} s of its only query slot) and the timer offers {:.0} a second.\n\n",
+            1.0 / o.sleep_s,
+            o.sleep_s,
+            1.0 / o.interval_s
+        ));
+        s
+    }
+
+    fn busy_markdown(&self) -> String {
+        let o = &self.options.busy;
+        let mut s = String::from("### 6. Routing connections to multiple listeners when one is busy (the paper's Figure 4)\n\n");
+        s.push_str(&format!(
+            "Two single-threaded listeners share a kdb+ IPC port. A client opens a connection every {:.0} ms, asks `s)select pg_backend_pid()` (which listener answered; it needs the listener's only query slot) and closes it; each connection runs on a thread of its own, so every connection the kernel hands the blocked listener is seen. {} s into the run, listener 1 is blocked for {} s (the paper: 10 s) by `select pg_sleep({})` sent to its `--admin-port` over HTTP, which takes its only query slot. \
+             A connection's wait is from its connect to its answer; one that lands on the blocked listener waits behind the block, as the paper's client hangs until the block ends. The steering run uses `--busy-query-ms {}` (and `--busy-queries-max` at its default, the query concurrency: 1).\n\n",
+            o.interval_s * 1000.0,
+            o.around_s,
+            o.block_s,
+            o.block_s,
+            o.busy_query_ms
+        ));
+        s.push_str(&format!(
+            "| steering | connections during the block | to the blocked listener | of those, opened {ms} ms or more into the block | to the other | failed | median wait | p99 wait | max wait | max wait, opened {ms} ms or more into the block | listener 1's socket on the port |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+            ms = o.busy_query_ms
+        ));
+        for r in &self.busy {
+            let from = r.block_running_s.unwrap_or(0.0);
+            let listening = match (r.listeners_min, r.left_at_s) {
+                (Some(_), Some(t)) => format!(
+                    "closed {:.0} ms into the block{}",
+                    (t - from) * 1000.0,
+                    r.back_at_s
+                        .map(|b| format!(
+                            ", open again {:.0} ms after it ended",
+                            (b - r.block_end_s).max(0.0) * 1000.0
+                        ))
+                        .unwrap_or_default()
+                ),
+                (Some(n), None) => format!("open throughout ({n} listeners)"),
+                _ => "n/a".into(),
+            };
+            s.push_str(&format!(
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                self.steering_note(r.steering),
+                r.during,
+                r.to_blocked,
+                r.to_blocked_after_busy_ms,
+                r.to_other,
+                r.failed,
+                secs(r.p50_wait_s),
+                secs(r.p99_wait_s),
+                secs(r.max_wait_s),
+                secs(r.max_wait_after_busy_ms_s),
+                listening
+            ));
+        }
+        let starts: Vec<String> = self
+            .busy
+            .iter()
+            .map(|r| {
+                format!(
+                    "{}: {}",
+                    r.steering.label(),
+                    r.block_running_s
+                        .map(|t| format!("{:.0} ms", t * 1000.0))
+                        .unwrap_or_else(|| "not seen".into())
+                )
+            })
+            .collect();
+        s.push_str(&format!(
+            "\n\"Into the block\" counts from when listener 1's `/status` first showed the block running after it was sent ({}); the block ended when its answer came back. Listener 1's socket is watched in `/proc/net/tcp` every 20 ms.\n",
+            starts.join(", ")
+        ));
+        if let Some(on) = self.busy.iter().find(|r| r.steering == Steering::On) {
+            let met = on.to_blocked_after_busy_ms == 0;
+            s.push_str(&format!(
+                "\nTarget: with steering, no connection opened {} ms or more into the block waits behind the blocked listener: {} connection(s) did ({}).{}\n",
+                o.busy_query_ms,
+                on.to_blocked_after_busy_ms,
+                if met { "met" } else { "not met" },
+                if self.sysctl.steering_possible() {
+                    ""
+                } else {
+                    " Steering could not be active in this run (tcp_migrate_req is 0)."
+                }
+            ));
+        }
+        s.push('\n');
+        s
+    }
+
+    fn rolling_markdown(&self, r: &rolling::RollingRun) -> String {
+        let o = &self.options.rolling;
+        let mut s = String::from("### 7. Minimizing downtime with rolling updates\n\n");
+        s.push_str(&format!(
+            "The paper's HDB sleeps {:.0} s to mimic its load; here the load is real: a listener replays a tp journal of {} rows (the feed's trades and quotes, 1:10, 10k-row writes, journaled in {:.1} s) before it is ready. The client is the paper's `.util.connect`: a failed connect is retried after 1, 2, 4 and 8 s (five tries, then it gives up; this one then starts over at its next tick), and a connection the server closes is reopened the same way and the request sent again. It asks `s)select count(*) from trade` every {:.0} ms and checks each answer against the {} trades loaded. \
+             (a) without a shared port: SIGTERM to the listener, and once it has exited the new one is started on the same plain port; (b) with `rp,PORT`: the new one is started on the same port, and once it is ready (admin `/health` 200, `/status` ready, its shared port listening) the old one gets SIGTERM and drains (stops accepting, answers what is in flight, closes idle sessions, exits). \
+             Downtime is the longest time between two right answers from the start of the upgrade on; failed requests are those that got no right answer (an error, or no connection after five tries).\n\n",
+            rolling::PAPER_LOAD_S,
+            si(r.rows as f64),
+            r.feed_s,
+            o.interval_s * 1000.0,
+            r.trades
+        ));
+        s.push_str("| upgrade | new listener's load | old listener's drain | downtime seen by the client | failed requests | answers (old / new) | connections lost / failed connect tries | paper |\n|---|---|---|---|---|---|---|---|\n");
+        let loads: Vec<String> = [&r.plain, &r.shared]
+            .iter()
+            .flat_map(|u| [u.old_load_s, u.load_s])
+            .map(|x| format!("{x:.2} s"))
+            .collect();
+        for u in [&r.plain, &r.shared] {
+            s.push_str(&format!(
+                "| {} | {:.2} s | {:.2} s ({}) | **{:.2} s** | {} | {} / {} | {} / {} | {} |\n",
+                if u.shared {
+                    "(b) `rp,PORT`: start the new one, then stop the old"
+                } else {
+                    "(a) plain port: stop, then start the new one"
+                },
+                u.load_s,
+                u.drain_s,
+                u.old_exit,
+                u.downtime_s,
+                u.failed,
+                u.by_old,
+                u.by_new,
+                u.lost,
+                u.connect_failures,
+                if u.shared {
+                    "reconnected at once (1 ms)".to_string()
+                } else {
+                    format!(
+                        "{:.0} s waiting for a {:.0} s load",
+                        rolling::PAPER_DOWNTIME_S,
+                        rolling::PAPER_LOAD_S
+                    )
+                }
+            ));
+        }
+        if r.plain
+            .failed_examples
+            .iter()
+            .any(|e| e.contains("not ready"))
+        {
+            s.push_str("\nIn (a) the new listener opens its own plain port at once and answers queries with a \"not ready\" error while it loads (a shared port opens only once the member is ready), so the client sees failed requests rather than the paper's `hopen` that hangs until the load is done.\n");
+        }
+        s.push_str(&format!(
+            "\nThe four loads of the same journal, in order (the old and new listener of (a), then of (b)): {}; a listener that loads while another holds the same rows in memory can take longer.\n",
+            loads.join(", ")
+        ));
+        for u in [&r.plain, &r.shared] {
+            if !u.failed_examples.is_empty() {
+                s.push_str(&format!(
+                    "\n{}: first failed requests (time from the start of the upgrade): {}.",
+                    if u.shared { "(b)" } else { "(a)" },
+                    u.failed_examples.join("; ")
+                ));
+            }
+        }
+        s.push_str(&format!(
+            "\n\nTarget: zero failed requests in the rolling upgrade on `rp` ({}: {}).\n\n",
+            r.shared.failed,
+            if r.shared.failed == 0 {
+                "met"
+            } else {
+                "NOT met"
+            }
+        ));
+        s
+    }
+
+    fn throughput_markdown(&self, t: &throughput::ThroughputRun) -> String {
+        let o = &self.options.throughput;
+        let mut s = String::from("### Query throughput: rdbs sharing one PostgreSQL port\n\n");
+        if let Some(why) = &t.skipped {
+            s.push_str(&format!("Skipped: {why}.\n\n"));
+            return s;
+        }
+        s.push_str(&format!(
+            "1, 2 and 4 rdbs, each single-threaded (`--query-threads 1 --query-concurrency 1`, steering off), share one PostgreSQL port (`--pg-port rp,PORT`). {} psycopg client processes ({}) run `{}` ({} rows of answer over the {} trade rows) for {} s per setup, each reconnecting every {} queries so that the kernel spreads the connections. This machine has {} cores, which the rdbs and the clients share: the ratio to one rdb cannot exceed the cores the rdbs get. \
+             Every rdb gave the same answer (checked on each one's admin port) and so did every client's.\n\n",
+            o.clients,
+            t.python,
+            throughput::QUERY,
+            t.answer_rows,
+            si(self.options.rows as f64),
+            o.seconds,
+            o.per_conn,
+            self.cores
+        ));
+        s.push_str("| rdbs | queries/s | ÷ 1 rdb | connections per rdb | rdbs' CPU (cores busy) | errors |\n|---|---|---|---|---|---|\n");
+        let one = t.cells.iter().find(|c| c.rdbs == 1).map(|c| c.qps);
+        for c in &t.cells {
+            s.push_str(&format!(
+                "| {} | {:.1} | {} | {} | {} | {} |\n",
+                c.rdbs,
+                c.qps,
+                crate::stats::ratio(Some(c.qps), one),
+                c.per_rdb
+                    .values()
+                    .map(|n| n.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" / "),
+                c.server_cores
+                    .map(|x| format!("{x:.2}"))
+                    .unwrap_or_else(|| "n/a".into()),
+                c.errors
+            ));
+        }
+        s.push('\n');
+        s
+    }
+}

@@ -1,0 +1,151 @@
+"""`tickdb bench sharding --quick` (shortened further) against the binary
+under test: the experiments of the KX whitepaper "Socket Sharding with kdb+
+and Linux" against rdbs sharing query ports (rp,PORT), and the PostgreSQL
+throughput of 1, 2 and 4 rdbs behind one port. The benchmark checks what it
+measures: every kdb+ IPC request must be answered with the expected value
+by a listener of its group, every rdb must give the same answer to the
+throughput query (and so must every psycopg client), and the rolling upgrade
+on rp must fail no request; a miss fails it. So a short run is an
+end-to-end test of shared ports (join when ready, the kernel's spread, busy
+steering, drain on SIGTERM) with real clients. Speed is not asserted, only
+what holds on any machine: one single-threaded listener answers at most
+five 0.2 s requests a second."""
+
+from __future__ import annotations
+
+import json
+
+from harness import run
+
+MIGRATE_REQ = "/proc/sys/net/ipv4/tcp_migrate_req"
+SECTIONS = (
+    "### 3. Basic sharding implementation",
+    "### 4. Adding more listeners on the fly (the paper's Table 1)",
+    "### 5. Sending a large volume of requests",
+    "### 6. Routing connections to multiple listeners when one is busy (the paper's Figure 4)",
+    "### 7. Minimizing downtime with rolling updates",
+    "### Query throughput: rdbs sharing one PostgreSQL port",
+)
+
+
+def migrate_req() -> str | None:
+    try:
+        with open(MIGRATE_REQ) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def md_rows(md: str, label: str) -> list[list[str]]:
+    return [[c.strip() for c in l.split("|")[1:-1]] for l in md.splitlines() if l.startswith(f"| {label}")]
+
+
+def test_bench_sharding_quick_runs_the_whitepaper_and_checks_every_answer(tmp_path):
+    before = migrate_req()
+    out = tmp_path / "sharding.json"
+    r = run(["bench", "sharding", "--quick", "--period-s", "6", "--volume-s", "3", "--block-s", "4",
+             "--throughput-s", "3", "--rolling-rows", "500k",
+             "--json", str(out), "--work-dir", str(tmp_path / "work")], timeout=240)
+    assert r.returncode == 0, r.stderr[-4000:]
+    # The sysctl is as it was (the benchmark puts back what it set).
+    assert migrate_req() == before
+    md = r.stdout
+    rep = json.loads(out.read_text())
+    assert rep["failures"] == [], rep["failures"]
+    assert "Checks: all passed" in md, md
+    for h in SECTIONS:
+        assert h in md, h
+    assert rep["cores"] >= 1 and f"({rep['cores']} cores available" in md, md
+    steering = rep["sysctl"]["during"] == "1"
+
+    # §3: 1000 connections kept open over 4 listeners, each a fair share.
+    b = rep["basic"]
+    assert b["connections"] == 1000 and len(b["per_listener"]) == 4
+    assert sum(n for _, n in b["per_listener"]) == 1000
+    assert all(n > 150 for _, n in b["per_listener"]), b["per_listener"]
+    assert 0 < b["same_as_previous"] < 999 and len(b["differ_head"]) == 20
+    assert "25.7%" in md and len(md_rows(md, "1 (pid")) == 1, md
+
+    # §4: off and on, three periods each, a listener joining each period.
+    assert [f["steering"] for f in rep["fly"]] == ["off", "on"]
+    for f in rep["fly"]:
+        assert [j["listener"] for j in f["joins"]] == [1, 2, 3]
+        for j in f["joins"][1:]:
+            assert j["ready_s"] >= j["started_s"] and j["load_s"] > 0, j
+        periods = f["periods"]
+        assert [p["listeners"] for p in periods] == [1, 2, 3]
+        for p in periods:
+            st = p["stats"]
+            assert st["failed"] == 0 and st["answered"] > 0, p
+            # A 2 s request cannot take less than 2 s.
+            assert st["p50_s"] >= 1.9, p
+        assert all(r["error"] is None for r in f["requests"])
+    # Three listeners process at least as many as one (both runs together:
+    # the kernel's choice is random).
+    answered = [[p["stats"]["answered"] for p in f["periods"]] for f in rep["fly"]]
+    assert sum(a[2] for a in answered) >= sum(a[0] for a in answered), answered
+    assert "3.909 s" in md and "42.33 (" in md, md
+    assert len(md_rows(md, "1 (0–6 s)")) == 2, md
+
+    # §5: 1, 2, 3 listeners, steering off and on.
+    v = rep["volume"]
+    assert [(c["listeners"], c["steering"]) for c in v] == [
+        (n, s) for n in (1, 2, 3) for s in ("off", "on")]
+    for c in v:
+        assert c["stats"]["failed"] == 0 and c["stats"]["answered"] > 0, c
+        assert c["stats"]["p50_s"] >= 0.19, c
+        assert len(c["stats"]["per_listener"]) <= c["listeners"], c
+    # One single-threaded listener answers at most 1 / 0.2 s = 5 a second.
+    for c in v[:2]:
+        assert c["throughput"] <= 5.5, c
+
+    # §6: the kernel alone keeps sending connections to the blocked listener,
+    # which hold them until the block ends; steering takes it out.
+    off, on = rep["busy"]
+    assert (off["steering"], on["steering"]) == ("off", "on")
+    for x in (off, on):
+        assert x["block_status"] == 200 and x["during"] > 10 and x["failed"] == 0, x
+        assert x["to_blocked"] + x["to_other"] == x["during"], x
+    assert off["to_blocked"] >= 1 and off["blocked_max_wait_s"] >= 1.0, off
+    assert off["listeners_min"] == 2, off
+    if steering:
+        assert on["to_blocked_after_busy_ms"] == 0, on
+        assert on["listeners_min"] == 1 and on["left_at_s"] is not None, on
+        assert on["max_wait_after_busy_ms_s"] < 1.0, on
+    assert "met" in md.split("### 6.")[1].split("### 7.")[0], md
+
+    # §7: both upgrades reach the new listener; none on rp fails a request.
+    ro = rep["rolling"]
+    assert ro["rows"] == 500_000 and ro["trades"] > 0
+    for u in (ro["plain"], ro["shared"]):
+        assert u["by_old"] > 0 and u["by_new"] > 0 and u["new_trades_equal"] and u["wrong"] == 0, u
+        assert u["old_exit"] == "exit status: 0", u
+        assert u["load_s"] > 0, u
+    assert not ro["plain"]["shared"] and ro["shared"]["shared"]
+    assert ro["shared"]["failed"] == 0, ro["shared"]
+    assert "Target: zero failed requests in the rolling upgrade on `rp` (0: met)" in md, md
+
+    # Throughput: three setups, the same answer everywhere, no client error.
+    t = rep["throughput"]
+    if t["skipped"] is None:
+        assert [c["rdbs"] for c in t["cells"]] == [1, 2, 4]
+        assert t["answer_rows"] == 500
+        for c in t["cells"]:
+            assert c["queries"] > 0 and c["errors"] == 0, c
+            assert len(c["per_rdb"]) == c["rdbs"], c
+        assert len(md_rows(md, "4 |")) >= 1, md
+    else:
+        assert "Skipped:" in md
+
+
+def test_bench_sharding_refuses_an_unknown_section(tmp_path):
+    r = run(["bench", "sharding", "--sections", "basic,bogus", "--work-dir", str(tmp_path / "w")])
+    assert r.returncode != 0 and "bogus" in r.stderr, r.stderr
+
+
+def test_bench_report_only_refuses_an_unknown_section(tmp_path):
+    out = tmp_path / "b.md"
+    out.write_text("# Benchmarks\n")
+    r = run(["bench", "report", "--only", "bogus", "--out", str(out), "--work-dir", str(tmp_path / "w")])
+    assert r.returncode != 0 and "bogus" in r.stderr and "sharding" in r.stderr, r.stderr
+    assert out.read_text() == "# Benchmarks\n"
