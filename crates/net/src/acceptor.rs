@@ -66,7 +66,11 @@ pub struct AcceptorCtl {
 
 /// A slot starting as `initial`, with the node's drain signal and the
 /// connection count the server keeps.
-pub fn acceptor(initial: Slot, drain: CancellationToken, open: OpenConns) -> (AcceptorCtl, Acceptor) {
+pub fn acceptor(
+    initial: Slot,
+    drain: CancellationToken,
+    open: OpenConns,
+) -> (AcceptorCtl, Acceptor) {
     let (tx, rx) = watch::channel(initial);
     (
         AcceptorCtl { tx: Arc::new(tx) },
@@ -174,7 +178,10 @@ mod tests {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         ctl.set(Slot::Closed);
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        assert!(TcpStream::connect(addr).await.is_err(), "closed slot still listens");
+        assert!(
+            TcpStream::connect(addr).await.is_err(),
+            "closed slot still listens"
+        );
         let again = std::net::TcpListener::bind(addr).unwrap();
         again.set_nonblocking(true).unwrap();
         ctl.set(Slot::Open(Arc::new(TcpListener::from_std(again).unwrap())));

@@ -53,7 +53,8 @@ pub fn listeners_on(addr: SocketAddr) -> std::io::Result<usize> {
     for line in std::io::BufReader::new(File::open(table)?).lines().skip(1) {
         let line = line?;
         let mut f = line.split_whitespace();
-        let (Some(_sl), Some(local), Some(_remote), Some(st)) = (f.next(), f.next(), f.next(), f.next())
+        let (Some(_sl), Some(local), Some(_remote), Some(st)) =
+            (f.next(), f.next(), f.next(), f.next())
         else {
             continue;
         };

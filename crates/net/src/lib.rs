@@ -138,7 +138,12 @@ pub fn listen_socket(
     Ok(socket.into())
 }
 
-fn listen_error(addr: SocketAddr, spec: &ListenSpec, what: &str, source: std::io::Error) -> NetError {
+fn listen_error(
+    addr: SocketAddr,
+    spec: &ListenSpec,
+    what: &str,
+    source: std::io::Error,
+) -> NetError {
     let reason = if source.kind() == std::io::ErrorKind::AddrInUse {
         if spec.reuse_port {
             format!(

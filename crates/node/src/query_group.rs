@@ -427,8 +427,12 @@ mod tests {
             query_ms: 500,
         };
         assert!(busy_reason(&s, &load(1, 0, Some(10))).is_none());
-        assert!(busy_reason(&s, &load(1, 1, Some(10))).unwrap().contains("2 queries in flight"));
-        assert!(busy_reason(&s, &load(1, 0, Some(600))).unwrap().contains("--busy-query-ms 500"));
+        assert!(busy_reason(&s, &load(1, 1, Some(10)))
+            .unwrap()
+            .contains("2 queries in flight"));
+        assert!(busy_reason(&s, &load(1, 0, Some(600)))
+            .unwrap()
+            .contains("--busy-query-ms 500"));
         let no_time = Steering { query_ms: 0, ..s };
         assert!(busy_reason(&no_time, &load(1, 0, Some(60_000))).is_none());
     }

@@ -3,11 +3,12 @@
 //! servers, and stop cleanly on SIGINT/SIGTERM (final journal sync).
 
 use crate::config::{
-    FsyncArg, GroupArgs, HotArgs, HttpArgs, IpcArgs, MemArgs, NetArgs, PgArgs, QueryArgs, SchemaArgs,
-    TpArgs,
+    FsyncArg, GroupArgs, HotArgs, HttpArgs, IpcArgs, MemArgs, NetArgs, PgArgs, QueryArgs,
+    SchemaArgs, TpArgs,
 };
 use crate::http::{self, AppState};
 use crate::node::{Node, Role};
+use crate::query_group::QueryPorts;
 use clap::Args;
 use std::net::IpAddr;
 use std::path::Path;
@@ -17,7 +18,6 @@ use tickdb_core::domain::{Domain, Domains};
 use tickdb_core::store::Store;
 use tickdb_core::Schema;
 use tickdb_journal::{FsyncPolicy, RecoveryMode};
-use crate::query_group::QueryPorts;
 use tickdb_net::acceptor::Acceptor;
 use tickdb_net::ListenSpec;
 use tickdb_query::QueryEngine;
@@ -418,9 +418,11 @@ fn run_query_groups(node: &Arc<Node>, group: &GroupArgs, query: &QueryArgs) {
         }
     });
     let n = node.clone();
-    tokio::spawn(ports.clone().steer(steering, move || {
-        n.query().map(|q| q.pool_load())
-    }));
+    tokio::spawn(
+        ports
+            .clone()
+            .steer(steering, move || n.query().map(|q| q.pool_load())),
+    );
     tokio::spawn(ports.watch_groups());
 }
 
@@ -481,7 +483,14 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
     standby_flags_fit(&a.tp, &a.schema)?;
     let (schema, toml) = load_schema(&a.schema)?;
     let node = Node::new(Role::Up);
-    let ql = bind_query_ports(&node, a.net.bind, &a.http_port, &a.pg_port, &a.ipc, &a.group)?;
+    let ql = bind_query_ports(
+        &node,
+        a.net.bind,
+        &a.http_port,
+        &a.pg_port,
+        &a.ipc,
+        &a.group,
+    )?;
     let ilp_l = bind(a.net.bind, &a.tp.ilp_port, "ILP TCP").await?;
     let sub_l = bind(a.net.bind, &a.tp.tp_port, "tp subscriptions").await?;
     let repl_l = bind(a.net.bind, &a.tp.repl.repl_port, "replication").await?;
@@ -707,7 +716,14 @@ pub async fn tp(a: TpOnlyArgs) -> Result<(), String> {
 
 pub async fn rdb(a: RdbArgs) -> Result<(), String> {
     let node = Node::new(Role::Rdb);
-    let ql = bind_query_ports(&node, a.net.bind, &a.http_port, &a.pg_port, &a.ipc, &a.group)?;
+    let ql = bind_query_ports(
+        &node,
+        a.net.bind,
+        &a.http_port,
+        &a.pg_port,
+        &a.ipc,
+        &a.group,
+    )?;
     let interest = Interest {
         tables: a.tables.clone(),
         symbols: a.symbols.clone(),

@@ -78,7 +78,9 @@ impl ScalarUDFImpl for PgSleep {
                     .map(|i| a.value(i))
                     .sum()
             }
-            ColumnarValue::Scalar(s) => return exec_err!("pg_sleep: seconds must be a number, got {s}"),
+            ColumnarValue::Scalar(s) => {
+                return exec_err!("pg_sleep: seconds must be a number, got {s}")
+            }
         };
         if !total.is_finite() || total < 0.0 {
             return exec_err!("pg_sleep: seconds must be a non-negative number, got {total}");

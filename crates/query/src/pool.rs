@@ -162,7 +162,10 @@ impl QueryPool {
 
     fn permit(&self, p: OwnedSemaphorePermit) -> Permit {
         let number = self.gate.admitted.fetch_add(1, Ordering::Relaxed);
-        self.gate.running_since.lock().insert(number, Instant::now());
+        self.gate
+            .running_since
+            .lock()
+            .insert(number, Instant::now());
         Permit {
             _permit: p,
             gate: self.gate.clone(),
@@ -175,12 +178,7 @@ impl QueryPool {
         Load {
             running: g.concurrency - g.running.available_permits(),
             waiting: g.waiting.load(Ordering::Relaxed),
-            longest: g
-                .running_since
-                .lock()
-                .values()
-                .next()
-                .map(|t| t.elapsed()),
+            longest: g.running_since.lock().values().next().map(|t| t.elapsed()),
         }
     }
 

@@ -210,10 +210,7 @@ mod tests {
             interpret(&K::string("s) SELECT 1")),
             Call::Sql("SELECT 1".into())
         );
-        assert_eq!(
-            interpret(&K::string(" .z.i")),
-            Call::Pid
-        );
+        assert_eq!(interpret(&K::string(" .z.i")), Call::Pid);
         assert_eq!(
             interpret(&K::string(r#".s.e"SELECT \"x\" FROM t""#)),
             Call::Sql(r#"SELECT "x" FROM t"#.into())

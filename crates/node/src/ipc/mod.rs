@@ -95,7 +95,11 @@ pub struct IpcOptions {
 /// done. When the node drains, a connection waiting for its next message
 /// is closed (kdb+ clients see the handle close and reconnect); one in the
 /// middle of a call answers it first.
-pub async fn serve(mut acceptor: tickdb_net::acceptor::Acceptor, node: Arc<Node>, opts: IpcOptions) {
+pub async fn serve(
+    mut acceptor: tickdb_net::acceptor::Acceptor,
+    node: Arc<Node>,
+    opts: IpcOptions,
+) {
     let limit = Arc::new(ConnLimit::new(
         "kdb+ IPC",
         "--ipc-connections-max",
@@ -116,7 +120,8 @@ pub async fn serve(mut acceptor: tickdb_net::acceptor::Acceptor, node: Arc<Node>
             limit.note_refused(&peer.to_string());
             continue;
         };
-        let (node, opts, drain, counted) = (node.clone(), opts.clone(), drain.clone(), conns.enter());
+        let (node, opts, drain, counted) =
+            (node.clone(), opts.clone(), drain.clone(), conns.enter());
         tokio::spawn(async move {
             let _ = sock.set_nodelay(true);
             match connection(sock, peer, &node, &opts, drain).await {

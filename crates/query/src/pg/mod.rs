@@ -123,7 +123,11 @@ impl PgOptions {
 /// does: an idle one at once, a busy one after its query's answer, each
 /// with FATAL 57P01 ("terminating connection due to administrator
 /// command"), which clients show and reconnect on.
-pub async fn serve(mut acceptor: tickdb_net::acceptor::Acceptor, engine: QueryEngine, opts: PgOptions) {
+pub async fn serve(
+    mut acceptor: tickdb_net::acceptor::Acceptor,
+    engine: QueryEngine,
+    opts: PgOptions,
+) {
     let connections = Arc::new(Connections::default());
     let handlers = Arc::new(TickPgHandlers::new(
         engine,
