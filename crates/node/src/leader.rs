@@ -375,7 +375,7 @@ pub async fn run(e: Arc<Etcd>, node: Arc<Node>, elected: Option<u32>) {
         }
     }
     let renewing = tokio::spawn(renewer(e.clone(), tp.clone(), shared.clone(), renew_every));
-    let mut registered: Option<(Instant, u32, &'static str)> = None;
+    let mut registered: Option<(Instant, u32, &'static str, u64)> = None;
     loop {
         tokio::time::sleep(e.check).await;
         let heard = shared.last.lock().take();
@@ -427,14 +427,30 @@ pub async fn run(e: Arc<Etcd>, node: Arc<Node>, elected: Option<u32>) {
         } else {
             tp.role().name()
         };
-        let epoch = tp.epoch();
+        let (epoch, seq) = (tp.epoch(), tp.seq());
+        // A standby whose link to its primary is down may be about to
+        // take part in an election, where members rank by the (epoch,
+        // seq) in their keys: its key must then hold what it really has,
+        // or an old primary restarted with a torn tail (fewer records)
+        // could win with a key of a second ago (a semi-sync record
+        // acknowledged by both would be lost).
+        let unlinked = state != State::Primary
+            && !node
+                .replication()
+                .and_then(|r| r.follower())
+                .is_some_and(|f| f.linked());
         let due = match registered {
-            Some((at, ep, r)) => ep != epoch || r != role || at.elapsed() >= REGISTER_EVERY,
+            Some((at, ep, r, sq)) => {
+                ep != epoch
+                    || r != role
+                    || at.elapsed() >= REGISTER_EVERY
+                    || (unlinked && sq != seq)
+            }
             None => true,
         };
         if due {
-            e.register(epoch, tp.seq(), role).await;
-            registered = Some((Instant::now(), epoch, role));
+            e.register(epoch, seq, role).await;
+            registered = Some((Instant::now(), epoch, role, seq));
         }
         let Ok(leader) = e.leader().await else {
             continue;

@@ -441,6 +441,14 @@ impl Follower {
         self.status.lock().primary_epoch
     }
 
+    /// Whether the link to the primary is up (catching up or streaming).
+    pub fn linked(&self) -> bool {
+        matches!(
+            self.status.lock().state,
+            crate::status::LinkState::CatchingUp | crate::status::LinkState::Streaming
+        )
+    }
+
     /// The primary this standby follows now (from its list of addresses).
     pub fn following(&self) -> String {
         self.following.lock().clone()

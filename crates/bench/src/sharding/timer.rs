@@ -57,6 +57,14 @@ pub struct Live {
     pub failed: AtomicUsize,
 }
 
+/// Counts the answered and failed requests into the live counters.
+fn tally(live: &Live, reqs: &[Req]) {
+    let answered = reqs.iter().filter(|r| r.answered.is_some()).count();
+    let failed = reqs.iter().filter(|r| r.error.is_some()).count();
+    live.answered.store(answered, Ordering::Relaxed);
+    live.failed.store(failed, Ordering::Relaxed);
+}
+
 /// Runs the client against 127.0.0.1:`port` from `t0` until `until`
 /// (no tick after it), then waits for every answer. `pb` shows the time
 /// in ms, from `pb_from_ms` at `t0`.
@@ -140,17 +148,7 @@ pub fn run(
                 reqs.lock().unwrap_or_else(|e| e.into_inner()).push(r);
             }
         }
-        {
-            let v = reqs.lock().unwrap_or_else(|e| e.into_inner());
-            live.answered.store(
-                v.iter().filter(|r| r.answered.is_some()).count(),
-                Ordering::Relaxed,
-            );
-            live.failed.store(
-                v.iter().filter(|r| r.error.is_some()).count(),
-                Ordering::Relaxed,
-            );
-        }
+        tally(&live, &reqs.lock().unwrap_or_else(|e| e.into_inner()));
         pb.set_position(pb_from_ms + (since(Instant::now()) * 1000.0) as u64);
         pb.set_message(format!(
             "{} sent, {} answered",
@@ -169,13 +167,6 @@ pub fn run(
         let _ = h.join();
     }
     let v = reqs.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    live.answered.store(
-        v.iter().filter(|r| r.answered.is_some()).count(),
-        Ordering::Relaxed,
-    );
-    live.failed.store(
-        v.iter().filter(|r| r.error.is_some()).count(),
-        Ordering::Relaxed,
-    );
+    tally(&live, &v);
     v
 }
