@@ -148,7 +148,7 @@ pub fn run(
                 reqs.lock().unwrap_or_else(|e| e.into_inner()).push(r);
             }
         }
-        tally(&live, &reqs.lock().unwrap_or_else(|e| e.into_inner()));
+        tally(live, &reqs.lock().unwrap_or_else(|e| e.into_inner()));
         pb.set_position(pb_from_ms + (since(Instant::now()) * 1000.0) as u64);
         pb.set_message(format!(
             "{} sent, {} answered",
@@ -167,6 +167,6 @@ pub fn run(
         let _ = h.join();
     }
     let v = reqs.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    tally(&live, &v);
+    tally(live, &v);
     v
 }
