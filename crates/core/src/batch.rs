@@ -5,6 +5,7 @@
 //! the table is present; a missing value is a null in `valid`.
 
 use crate::schema::{ColumnType, TableDef};
+use std::borrow::Borrow;
 use std::collections::HashMap;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -209,9 +210,9 @@ impl Batch {
 
     /// The rows of `parts` one after another, as one batch of their table.
     /// `None` if `parts` is empty or they differ in table or column types.
-    pub fn concat(parts: &[Batch]) -> Option<Batch> {
-        let first = parts.first()?;
-        let same = parts.iter().all(|b| {
+    pub fn concat<B: Borrow<Batch>>(parts: &[B]) -> Option<Batch> {
+        let first = parts.first()?.borrow();
+        let same = parts.iter().map(Borrow::borrow).all(|b: &Batch| {
             b.table == first.table
                 && b.columns.len() == first.columns.len()
                 && b.columns
@@ -222,13 +223,13 @@ impl Batch {
         if !same {
             return None;
         }
-        let rows: usize = parts.iter().map(|b| b.rows).sum();
+        let rows: usize = parts.iter().map(|b| b.borrow().rows).sum();
         let mut columns = Vec::with_capacity(first.columns.len());
         for ci in 0..first.columns.len() {
-            let any_null = parts.iter().any(|b| b.columns[ci].valid.is_some());
+            let any_null = parts.iter().any(|b| b.borrow().columns[ci].valid.is_some());
             let valid = any_null.then(|| {
                 let mut v = Vec::with_capacity(rows);
-                for b in parts {
+                for b in parts.iter().map(Borrow::borrow) {
                     match &b.columns[ci].valid {
                         Some(x) => v.extend_from_slice(x),
                         None => v.extend(std::iter::repeat_n(true, b.rows)),
@@ -237,7 +238,7 @@ impl Batch {
                 v
             });
             let mut data = ColumnData::new(first.columns[ci].data.ty());
-            for b in parts {
+            for b in parts.iter().map(Borrow::borrow) {
                 data.extend_from(&b.columns[ci].data);
             }
             columns.push(Column { data, valid });

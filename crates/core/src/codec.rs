@@ -402,7 +402,7 @@ mod tests {
         assert_eq!(joined.columns[2].valid, b.columns[2].valid);
         assert_eq!(joined.columns[6], b.columns[6]);
         assert_eq!(joined.columns[0], b.columns[0]);
-        assert!(Batch::concat(&[]).is_none());
+        assert!(Batch::concat::<Batch>(&[]).is_none());
         assert!(Batch::concat(&[b.clone(), Batch::clear_marker("all")]).is_none());
     }
 

@@ -127,10 +127,7 @@ fn messages(updates: &[&tickdb_tp::Update], filters: &Mutex<Filters>, schema: &S
             };
             let whole = match parts.len() {
                 1 => parts.pop(),
-                _ => {
-                    let owned: Vec<Batch> = parts.into_iter().map(Cow::into_owned).collect();
-                    Batch::concat(&owned).map(Cow::Owned)
-                }
+                _ => Batch::concat(&parts).map(Cow::Owned),
             };
             let Some(b) = whole else {
                 continue;
