@@ -104,29 +104,24 @@ impl IpcConn {
             .map_err(BenchError::io(&what))?;
         sock.set_read_timeout(Some(Duration::from_secs(10)))
             .map_err(BenchError::io(&what))?;
-        let mut hello = format!("{IPC_USER}:{IPC_PASSWORD}").into_bytes();
-        hello.extend_from_slice(&[tickdb_ipc::handshake::CAPABILITY, 0]);
-        sock.write_all(&hello)
+        let agreed = tickdb_ipc::handshake::login(&mut sock, IPC_USER, IPC_PASSWORD)
             .map_err(BenchError::io("kdb+ IPC handshake"))?;
-        let mut cap = [0u8; 1];
-        match sock.read(&mut cap) {
-            Ok(1) => {}
-            Ok(_) => {
+        match agreed {
+            None => {
                 return Err(BenchError::Server(format!(
                     "kdb+ IPC at 127.0.0.1:{port} closed the connection at login (as kdb+ refuses a wrong user or password)"
                 )))
             }
-            Err(e) => return Err(BenchError::io("kdb+ IPC handshake's answer")(e)),
-        }
-        if cap[0] > tickdb_ipc::handshake::CAPABILITY {
-            return Err(ipc_err(
-                "handshake",
-                format!(
-                    "the server agreed to capability {} (asked {})",
-                    cap[0],
-                    tickdb_ipc::handshake::CAPABILITY
-                ),
-            ));
+            Some(cap) if cap > tickdb_ipc::handshake::CAPABILITY => {
+                return Err(ipc_err(
+                    "handshake",
+                    format!(
+                        "the server agreed to capability {cap} (asked {})",
+                        tickdb_ipc::handshake::CAPABILITY
+                    ),
+                ))
+            }
+            Some(_) => {}
         }
         // From here, reads wake up to see Ctrl-C and the stop flag.
         sock.set_read_timeout(Some(Duration::from_millis(100)))

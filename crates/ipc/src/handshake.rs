@@ -27,6 +27,29 @@ impl Hello {
     }
 }
 
+/// The client's side: sends `user:password`, capability `CAPABILITY` and
+/// NUL, then reads the one byte the server answers. `Ok(Some(cap))` is the
+/// capability agreed; `Ok(None)` a server that closed instead, which is
+/// how kdb+ refuses a login.
+pub fn login<S: std::io::Read + std::io::Write>(
+    sock: &mut S,
+    user: &str,
+    password: &str,
+) -> std::io::Result<Option<u8>> {
+    let mut hello = format!("{user}:{password}").into_bytes();
+    hello.extend_from_slice(&[CAPABILITY, 0]);
+    sock.write_all(&hello)?;
+    let mut cap = [0u8; 1];
+    loop {
+        match sock.read(&mut cap) {
+            Ok(0) => return Ok(None),
+            Ok(_) => return Ok(Some(cap[0])),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Parses the handshake bytes before its NUL.
 pub fn parse(bytes: &[u8]) -> Result<Hello> {
     // A capability byte is a small number, never a printable character; a
@@ -48,6 +71,49 @@ pub fn parse(bytes: &[u8]) -> Result<Hello> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One side of a connection: reads what the server sent, keeps what
+    /// the client wrote.
+    struct Wire {
+        from_server: std::io::Cursor<Vec<u8>>,
+        to_server: Vec<u8>,
+    }
+
+    impl std::io::Read for Wire {
+        fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
+            self.from_server.read(b)
+        }
+    }
+
+    impl std::io::Write for Wire {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.to_server.write(b)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_client_login_is_what_the_server_parses_and_a_close_is_a_refusal() {
+        let mut w = Wire {
+            from_server: std::io::Cursor::new(vec![1]),
+            to_server: Vec::new(),
+        };
+        assert_eq!(login(&mut w, "bob", "pw").unwrap(), Some(1));
+        let (nul, hello) = w.to_server.split_last().unwrap();
+        assert_eq!(*nul, 0);
+        let h = parse(hello).unwrap();
+        assert_eq!(
+            (h.user.as_str(), h.password.as_str(), h.capability),
+            ("bob", "pw", CAPABILITY)
+        );
+        let mut closed = Wire {
+            from_server: std::io::Cursor::new(Vec::new()),
+            to_server: Vec::new(),
+        };
+        assert_eq!(login(&mut closed, "bob", "bad").unwrap(), None);
+    }
 
     #[test]
     fn reads_credentials_and_capability() {

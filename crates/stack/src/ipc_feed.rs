@@ -33,18 +33,12 @@ impl IpcSink {
             .map_err(StackError::io(format!("connecting to kdb+ IPC at {addr}")))?;
         sock.set_nodelay(true)
             .map_err(StackError::io("kdb+ IPC nodelay"))?;
-        let mut hello = format!("{user}:{password}").into_bytes();
-        hello.extend_from_slice(&[tickdb_ipc::handshake::CAPABILITY, 0]);
-        sock.write_all(&hello)
+        let agreed = tickdb_ipc::handshake::login(&mut sock, user, password)
             .map_err(StackError::io("kdb+ IPC handshake"))?;
-        let mut cap = [0u8; 1];
-        match sock.read(&mut cap) {
-            Ok(1) => {}
-            _ => {
-                return Err(StackError::Server(format!(
-                    "kdb+ IPC at {addr} refused the login (wrong user or password?)"
-                )))
-            }
+        if agreed.is_none() {
+            return Err(StackError::Server(format!(
+                "kdb+ IPC at {addr} refused the login (wrong user or password?)"
+            )));
         }
         Ok(IpcSink {
             addr: addr.to_string(),

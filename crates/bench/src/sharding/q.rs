@@ -72,15 +72,9 @@ impl Q {
         let _ = sock.set_write_timeout(Some(timeout));
         let _ = sock.set_read_timeout(Some(timeout));
         let mut q = Q { sock };
-        let mut hello = format!("{USER}:{PASSWORD}").into_bytes();
-        hello.extend_from_slice(&[tickdb_ipc::handshake::CAPABILITY, 0]);
-        q.sock
-            .write_all(&hello)
-            .map_err(|e| io_error("the login", e))?;
-        let mut cap = [0u8; 1];
-        match q.sock.read(&mut cap) {
-            Ok(1) => Ok(q),
-            Ok(_) => Err(QError::Closed(
+        match tickdb_ipc::handshake::login(&mut q.sock, USER, PASSWORD) {
+            Ok(Some(_)) => Ok(q),
+            Ok(None) => Err(QError::Closed(
                 "the login (closed before the capability byte)".into(),
             )),
             Err(e) => Err(io_error("the login", e)),
