@@ -145,10 +145,6 @@ impl AcceptorCtl {
     pub fn is_open(&self) -> bool {
         matches!(*self.tx.borrow(), Slot::Open(_))
     }
-
-    pub fn is_done(&self) -> bool {
-        matches!(*self.tx.borrow(), Slot::Done)
-    }
 }
 
 #[cfg(test)]

@@ -14,18 +14,9 @@ pub const DRAIN_TIMEOUT_S_DEFAULT: u64 = 30;
 /// How often the drain looks at what is still open.
 const DRAIN_POLL_MS: u64 = 20;
 
-/// How a drain ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Drained {
-    /// Every connection finished.
-    Clean,
-    /// The timeout expired with connections open.
-    TimedOut,
-}
-
 /// Drains `node` (see the module's doc); returns when every connection has
 /// ended or `timeout` has passed.
-pub async fn drain(node: &Node, timeout: Duration, why: &str) -> Drained {
+pub async fn drain(node: &Node, timeout: Duration, why: &str) {
     let start = Instant::now();
     node.life.draining();
     if let Some(p) = node.ports() {
@@ -33,7 +24,7 @@ pub async fn drain(node: &Node, timeout: Duration, why: &str) -> Drained {
     }
     node.drain.cancel();
     let open = || node.ports().map(|p| p.open_connections()).unwrap_or(0);
-    let queries = || node.query().map(|q| q.pool_load());
+    let queries = || node.query().map(|q| q.pool_stats());
     let q = queries();
     tracing::info!(
         "draining ({why}): no new connections; {} connection(s) open, {} queries running; waiting up to {} s (--drain-timeout-s)",
@@ -45,17 +36,17 @@ pub async fn drain(node: &Node, timeout: Duration, why: &str) -> Drained {
         let n = open();
         if n == 0 {
             tracing::info!("drained in {:.3} s", start.elapsed().as_secs_f64());
-            return Drained::Clean;
+            return;
         }
         if start.elapsed() >= timeout {
             let q = queries();
             tracing::warn!(
                 "drain timeout ({} s, --drain-timeout-s) expired with {} queries still running (the longest for {:.1} s) and {n} connection(s) open: stopping anyway; their clients see the connection close",
                 timeout.as_secs(),
-                q.map(|l| l.running + l.waiting).unwrap_or(0),
-                q.and_then(|l| l.longest).map(|d| d.as_secs_f64()).unwrap_or(0.0),
+                q.as_ref().map(|l| l.running + l.waiting).unwrap_or(0),
+                q.and_then(|l| l.longest_running_ms).unwrap_or(0) as f64 / 1000.0,
             );
-            return Drained::TimedOut;
+            return;
         }
         tokio::time::sleep(Duration::from_millis(DRAIN_POLL_MS)).await;
     }

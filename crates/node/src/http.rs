@@ -142,14 +142,13 @@ fn json_error(
 /// reason (and progress) before.
 async fn health(State(s): State<AppState>) -> Response {
     match s.node.life.check() {
-        // Ready, but not yet listening on every shared port: a rolling
-        // upgrade waits for this before it drains the old member.
-        Ok(()) if s.node.life.is_ready() && !s.node.ports().is_none_or(|p| p.joined()) => (
+        Ok(()) if s.node.serving() => (StatusCode::OK, "ok\n").into_response(),
+        // Ready, but not yet listening on every shared port.
+        Ok(()) if s.node.life.is_ready() => (
             StatusCode::SERVICE_UNAVAILABLE,
             "ready; joining the query groups\n",
         )
             .into_response(),
-        Ok(()) if s.node.life.is_ready() => (StatusCode::OK, "ok\n").into_response(),
         Ok(()) => (StatusCode::SERVICE_UNAVAILABLE, "draining\n").into_response(),
         Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response(),
     }
@@ -489,10 +488,9 @@ async fn status(State(s): State<AppState>) -> Response {
         "pid": std::process::id(),
         "ports": s.node.ports().map(|p| p.status()),
         "draining": s.node.drain.is_cancelled(),
-        "joined": s.node.ports().is_none_or(|p| p.joined()),
     });
     body["lifecycle"] = serde_json::to_value(s.node.life.status()).unwrap_or_default();
-    body["ready"] = json!(s.node.life.is_ready() && s.node.ports().is_none_or(|p| p.joined()));
+    body["ready"] = json!(s.node.serving());
     // The process's resident memory: what a monitor compares across DRAM
     // and fsmem rdbs (file-backed fsmem pages count as RSS, not anonymous).
     if let Some(m) = tickdb_stack::procfs::self_mem() {

@@ -102,6 +102,12 @@ impl Node {
         self.ports.get()
     }
 
+    /// Ready, and listening on every shared port: what `/health` says 200
+    /// to (a rolling upgrade drains the old member only then).
+    pub fn serving(&self) -> bool {
+        self.life.is_ready() && self.ports().is_none_or(|p| p.joined())
+    }
+
     pub fn tp(&self) -> Option<&Arc<Tickerplant>> {
         self.tp.get()
     }

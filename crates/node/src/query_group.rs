@@ -27,11 +27,12 @@ use parking_lot::Mutex;
 use serde::Serialize;
 use socket2::Socket;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tickdb_net::acceptor::{acceptor, Acceptor, AcceptorCtl, OpenConns, Slot};
 use tickdb_net::{group, ListenSpec};
+use tickdb_query::pool::PoolStats;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -64,11 +65,18 @@ impl Port {
         self.spec.reuse_port
     }
 
-    fn open(&self, listener: std::net::TcpListener) -> Result<(), String> {
-        let l = TcpListener::from_std(listener)
+    /// Listens on `socket` (bound by `bind`) and hands it to the server.
+    fn listen(&self, socket: Socket) -> Result<(), String> {
+        let l = tickdb_net::listen_socket(socket, self.ip, &self.spec, &self.what)
+            .map_err(|e| e.to_string())?;
+        let l = TcpListener::from_std(l)
             .map_err(|e| format!("{} on {}: {e}", self.what, self.addr()))?;
         self.ctl.set(Slot::Open(Arc::new(l)));
         Ok(())
+    }
+
+    fn bind(&self) -> Result<Socket, String> {
+        tickdb_net::bind_socket(self.ip, &self.spec, &self.what).map_err(|e| e.to_string())
     }
 }
 
@@ -99,7 +107,8 @@ pub struct PortStatus {
 pub struct QueryPorts {
     ports: Mutex<Vec<Arc<Port>>>,
     drain: CancellationToken,
-    joined: AtomicBool,
+    /// Shared ports bound but not yet listening (until `join`).
+    unjoined: AtomicUsize,
 }
 
 impl QueryPorts {
@@ -107,19 +116,13 @@ impl QueryPorts {
         Arc::new(QueryPorts {
             ports: Mutex::new(Vec::new()),
             drain,
-            joined: AtomicBool::new(false),
+            unjoined: AtomicUsize::new(0),
         })
     }
 
-    /// Binds a port. A shared one (`rp,`) waits for `join` to listen when
-    /// `join_when_ready`; any other listens now.
-    pub fn add(
-        &self,
-        ip: IpAddr,
-        spec: &ListenSpec,
-        what: &str,
-        join_when_ready: bool,
-    ) -> Result<Acceptor, String> {
+    /// Binds a port. A shared one (`rp,`) listens once `join` says the node
+    /// is ready; any other listens now.
+    pub fn add(&self, ip: IpAddr, spec: &ListenSpec, what: &str) -> Result<Acceptor, String> {
         let conns = OpenConns::default();
         let (ctl, acc) = acceptor(Slot::Closed, self.drain.clone(), conns.clone());
         let port = Arc::new(Port {
@@ -131,12 +134,12 @@ impl QueryPorts {
             bound: Mutex::new(None),
             away: AtomicBool::new(false),
         });
-        let socket = tickdb_net::bind_socket(ip, spec, what).map_err(|e| e.to_string())?;
-        if spec.reuse_port && join_when_ready {
+        let socket = port.bind()?;
+        if port.shared() {
             *port.bound.lock() = Some(socket);
+            self.unjoined.fetch_add(1, Ordering::AcqRel);
         } else {
-            let l = tickdb_net::listen_socket(socket, ip, spec, what).map_err(|e| e.to_string())?;
-            port.open(l)?;
+            port.listen(socket)?;
         }
         self.ports.lock().push(port);
         Ok(acc)
@@ -157,12 +160,10 @@ impl QueryPorts {
             if self.drain.is_cancelled() {
                 return Ok(());
             }
-            let l = tickdb_net::listen_socket(socket, p.ip, &p.spec, &p.what)
-                .map_err(|e| e.to_string())?;
-            p.open(l)?;
+            p.listen(socket)?;
             joined.push(p);
         }
-        self.joined.store(true, Ordering::Release);
+        self.unjoined.store(0, Ordering::Release);
         for p in joined {
             tracing::info!(
                 "ready: joined the query group on {} ({}){}",
@@ -174,10 +175,10 @@ impl QueryPorts {
         Ok(())
     }
 
-    /// Whether every shared port bound at start is listening (true at
-    /// once when none waits for readiness).
+    /// Whether every shared port listens (true at once when none is
+    /// shared).
     pub fn joined(&self) -> bool {
-        self.joined.load(Ordering::Acquire) || self.all().iter().all(|p| p.bound.lock().is_none())
+        self.unjoined.load(Ordering::Acquire) == 0
     }
 
     /// Closes every listener for good (drain): with
@@ -276,7 +277,7 @@ impl QueryPorts {
     pub async fn steer(
         self: Arc<Self>,
         steering: Steering,
-        load: impl Fn() -> Option<tickdb_query::pool::Load> + Send + 'static,
+        load: impl Fn() -> Option<PoolStats> + Send + 'static,
     ) {
         if !steering.enabled || !self.any_shared() {
             return;
@@ -374,7 +375,7 @@ impl QueryPorts {
 }
 
 /// Why the member is saturated now, or None.
-fn busy_reason(s: &Steering, l: &tickdb_query::pool::Load) -> Option<String> {
+fn busy_reason(s: &Steering, l: &PoolStats) -> Option<String> {
     let in_flight = l.running + l.waiting;
     if in_flight >= s.queries_max.max(1) {
         return Some(format!(
@@ -382,10 +383,9 @@ fn busy_reason(s: &Steering, l: &tickdb_query::pool::Load) -> Option<String> {
             s.queries_max
         ));
     }
-    match l.longest {
-        Some(d) if s.query_ms > 0 && d >= Duration::from_millis(s.query_ms) => Some(format!(
-            "a query has run {} ms, --busy-query-ms {}",
-            d.as_millis(),
+    match l.longest_running_ms {
+        Some(ms) if s.query_ms > 0 && ms >= s.query_ms => Some(format!(
+            "a query has run {ms} ms, --busy-query-ms {}",
             s.query_ms
         )),
         _ => None,
@@ -393,9 +393,7 @@ fn busy_reason(s: &Steering, l: &tickdb_query::pool::Load) -> Option<String> {
 }
 
 fn reopen(p: &Port) -> Result<(), String> {
-    let socket = tickdb_net::bind_socket(p.ip, &p.spec, &p.what).map_err(|e| e.to_string())?;
-    let l = tickdb_net::listen_socket(socket, p.ip, &p.spec, &p.what).map_err(|e| e.to_string())?;
-    p.open(l)?;
+    p.listen(p.bind()?)?;
     p.away.store(false, Ordering::Relaxed);
     Ok(())
 }
@@ -411,11 +409,17 @@ fn count_text(addr: SocketAddr) -> String {
 mod tests {
     use super::*;
 
-    fn load(running: usize, waiting: usize, longest_ms: Option<u64>) -> tickdb_query::pool::Load {
-        tickdb_query::pool::Load {
+    fn load(running: usize, waiting: usize, longest_ms: Option<u64>) -> PoolStats {
+        PoolStats {
+            threads: 1,
+            concurrency: 4,
+            queue_max: 64,
             running,
             waiting,
-            longest: longest_ms.map(Duration::from_millis),
+            admitted_total: 0,
+            refused_busy_total: 0,
+            expired_waiting_total: 0,
+            longest_running_ms: longest_ms,
         }
     }
 

@@ -66,6 +66,26 @@ pub struct UpArgs {
     pub demo_feed: Option<u64>,
 }
 
+/// The ports of a query node, from its flags.
+macro_rules! query_flags {
+    ($t:ty) => {
+        impl $t {
+            fn query_flags(&self) -> QueryFlags<'_> {
+                QueryFlags {
+                    http_port: &self.http_port,
+                    http: &self.http,
+                    pg_port: &self.pg_port,
+                    ipc: &self.ipc,
+                    group: &self.group,
+                    query: &self.query,
+                }
+            }
+        }
+    };
+}
+query_flags!(UpArgs);
+query_flags!(RdbArgs);
+
 #[derive(Args, Debug)]
 #[command(after_help = crate::config::LISTEN_HELP)]
 pub struct TpOnlyArgs {
@@ -355,57 +375,54 @@ fn start_http(acceptor: Acceptor, node: &Arc<Node>, http: &HttpArgs) {
     ));
 }
 
-/// A query node's listening ports: HTTP, PostgreSQL, kdb+ IPC and the
-/// admin port, bound now; shared ones listen once the node is ready.
-struct QueryListeners {
-    http: Acceptor,
-    pg: Acceptor,
-    ipc: Option<Acceptor>,
-    admin: Option<Acceptor>,
+/// The flags a query node's ports come from (`up`, `rdb`).
+struct QueryFlags<'a> {
+    http_port: &'a ListenSpec,
+    http: &'a HttpArgs,
+    pg_port: &'a ListenSpec,
+    ipc: &'a IpcArgs,
+    group: &'a GroupArgs,
+    query: &'a QueryArgs,
 }
 
-fn bind_query_ports(
-    node: &Arc<Node>,
-    ip: IpAddr,
-    http: &ListenSpec,
-    pg: &ListenSpec,
-    ipc: &IpcArgs,
-    group: &GroupArgs,
-) -> Result<QueryListeners, String> {
+/// The PostgreSQL and kdb+ IPC ports, served once their parts are open.
+struct QueryListeners {
+    pg: Acceptor,
+    ipc: Option<Acceptor>,
+}
+
+/// Binds a query node's ports (HTTP, PostgreSQL, kdb+ IPC and the admin
+/// port; shared ones listen once the node is ready), serves HTTP on them
+/// at once, and starts joining the query groups when ready, busy steering
+/// and the group watch.
+fn open_query_ports(node: &Arc<Node>, ip: IpAddr, f: QueryFlags) -> Result<QueryListeners, String> {
     let ports = QueryPorts::new(node.drain.clone());
-    let admin = match group.admin_port {
+    let admin = match f.group.admin_port {
         Some(port) => {
             let spec = ListenSpec {
                 port,
                 reuse_port: false,
             };
-            Some(ports.add(ip, &spec, "admin HTTP", false)?)
+            Some(ports.add(ip, &spec, "admin HTTP")?)
         }
         None => None,
     };
+    let http = ports.add(ip, f.http_port, "HTTP")?;
     let l = QueryListeners {
-        http: ports.add(ip, http, "HTTP", true)?,
-        pg: ports.add(ip, pg, "PostgreSQL", true)?,
-        ipc: match &ipc.ipc_port {
-            Some(spec) => Some(ports.add(ip, spec, "kdb+ IPC", true)?),
+        pg: ports.add(ip, f.pg_port, "PostgreSQL")?,
+        ipc: match &f.ipc.ipc_port {
+            Some(spec) => Some(ports.add(ip, spec, "kdb+ IPC")?),
             None => None,
         },
-        admin,
     };
-    node.set_ports(ports);
-    Ok(l)
-}
-
-/// Joins the query groups once the node is ready, and runs busy steering
-/// and the group watch.
-fn run_query_groups(node: &Arc<Node>, group: &GroupArgs, query: &QueryArgs) {
-    let Some(ports) = node.ports().cloned() else {
-        return;
-    };
-    let steering = group.steering(query);
+    node.set_ports(ports.clone());
+    start_http(http, node, f.http);
+    if let Some(admin) = admin {
+        start_http(admin, node, f.http);
+    }
+    let steering = f.group.steering(f.query);
     ports.log_kernel_settings(&steering);
-    let n = node.clone();
-    let p = ports.clone();
+    let (n, p) = (node.clone(), ports.clone());
     tokio::spawn(async move {
         while !n.life.is_ready() {
             if n.drain.is_cancelled() {
@@ -421,9 +438,10 @@ fn run_query_groups(node: &Arc<Node>, group: &GroupArgs, query: &QueryArgs) {
     tokio::spawn(
         ports
             .clone()
-            .steer(steering, move || n.query().map(|q| q.pool_load())),
+            .steer(steering, move || n.query().map(|q| q.pool_stats())),
     );
     tokio::spawn(ports.watch_groups());
+    Ok(l)
 }
 
 /// How often a starting node checks whether it is ready to join its query
@@ -482,26 +500,14 @@ async fn blocking<T: Send + 'static>(
 pub async fn up(a: UpArgs) -> Result<(), String> {
     standby_flags_fit(&a.tp, &a.schema)?;
     let (schema, toml) = load_schema(&a.schema)?;
-    let node = Node::new(Role::Up);
-    let ql = bind_query_ports(
-        &node,
-        a.net.bind,
-        &a.http_port,
-        &a.pg_port,
-        &a.ipc,
-        &a.group,
-    )?;
-    let ilp_l = bind(a.net.bind, &a.tp.ilp_port, "ILP TCP").await?;
-    let sub_l = bind(a.net.bind, &a.tp.tp_port, "tp subscriptions").await?;
-    let repl_l = bind(a.net.bind, &a.tp.repl.repl_port, "replication").await?;
     if a.trim_journal && a.hot.hot_restart.is_none() {
         return Err("--trim-journal needs --hot-restart: the journal may only be trimmed behind a durable checkpoint".into());
     }
-    start_http(ql.http, &node, &a.http);
-    if let Some(admin) = ql.admin {
-        start_http(admin, &node, &a.http);
-    }
-    run_query_groups(&node, &a.group, &a.query);
+    let node = Node::new(Role::Up);
+    let ilp_l = bind(a.net.bind, &a.tp.ilp_port, "ILP TCP").await?;
+    let sub_l = bind(a.net.bind, &a.tp.tp_port, "tp subscriptions").await?;
+    let repl_l = bind(a.net.bind, &a.tp.repl.repl_port, "replication").await?;
+    let ql = open_query_ports(&node, a.net.bind, a.query_flags())?;
     let adv = advertised(&a.net, &a.tp, a.http_port.port);
     let (prepared, schema, toml) = prepare_replication(
         &a.tp,
@@ -716,24 +722,12 @@ pub async fn tp(a: TpOnlyArgs) -> Result<(), String> {
 
 pub async fn rdb(a: RdbArgs) -> Result<(), String> {
     let node = Node::new(Role::Rdb);
-    let ql = bind_query_ports(
-        &node,
-        a.net.bind,
-        &a.http_port,
-        &a.pg_port,
-        &a.ipc,
-        &a.group,
-    )?;
+    node.life.starting("reloading the Hot Restart store");
+    let ql = open_query_ports(&node, a.net.bind, a.query_flags())?;
     let interest = Interest {
         tables: a.tables.clone(),
         symbols: a.symbols.clone(),
     };
-    node.life.starting("reloading the Hot Restart store");
-    start_http(ql.http, &node, &a.http);
-    if let Some(admin) = ql.admin {
-        start_http(admin, &node, &a.http);
-    }
-    run_query_groups(&node, &a.group, &a.query);
     // With a checkpoint in the Hot Restart store the rdb restores it and asks
     // the tp only for what came after.
     let hot_args = a.hot.clone();

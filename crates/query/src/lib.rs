@@ -284,11 +284,6 @@ impl QueryEngine {
         self.inner.pool.stats()
     }
 
-    /// Running and waiting queries and the longest run now.
-    pub fn pool_load(&self) -> pool::Load {
-        self.inner.pool.load()
-    }
-
     /// A context for one query: the engine's timeout, or `session_timeout`
     /// when that is shorter (PostgreSQL's `statement_timeout`).
     pub fn new_ctx(&self, session_timeout: Option<Duration>) -> QueryCtx {

@@ -19,7 +19,7 @@ use crate::QueryError;
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tokio::runtime::{Handle, Runtime};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -66,6 +66,9 @@ pub struct PoolStats {
     pub admitted_total: u64,
     pub refused_busy_total: u64,
     pub expired_waiting_total: u64,
+    /// How long the longest-running query has run, in ms (busy steering
+    /// reads it).
+    pub longest_running_ms: Option<u64>,
 }
 
 /// A query's turn; the next waiting query runs when it is dropped.
@@ -79,15 +82,6 @@ impl Drop for Permit {
     fn drop(&mut self) {
         self.gate.running_since.lock().remove(&self.number);
     }
-}
-
-/// How loaded the pool is now: what busy steering decides on.
-#[derive(Debug, Clone, Copy)]
-pub struct Load {
-    pub running: usize,
-    pub waiting: usize,
-    /// How long the longest-running query has run.
-    pub longest: Option<Duration>,
 }
 
 impl QueryPool {
@@ -173,15 +167,6 @@ impl QueryPool {
         }
     }
 
-    pub fn load(&self) -> Load {
-        let g = &self.gate;
-        Load {
-            running: g.concurrency - g.running.available_permits(),
-            waiting: g.waiting.load(Ordering::Relaxed),
-            longest: g.running_since.lock().values().next().map(|t| t.elapsed()),
-        }
-    }
-
     pub fn stats(&self) -> PoolStats {
         let g = &self.gate;
         PoolStats {
@@ -193,6 +178,12 @@ impl QueryPool {
             admitted_total: g.admitted.load(Ordering::Relaxed),
             refused_busy_total: g.refused_busy.load(Ordering::Relaxed),
             expired_waiting_total: g.expired_waiting.load(Ordering::Relaxed),
+            longest_running_ms: g
+                .running_since
+                .lock()
+                .values()
+                .next()
+                .map(|t| t.elapsed().as_millis() as u64),
         }
     }
 }
@@ -291,6 +282,21 @@ mod tests {
         assert!(matches!(e, QueryError::Timeout(_)), "{e}");
         assert_eq!(pool.stats().expired_waiting_total, 1);
         assert_eq!(pool.stats().waiting, 0);
+    }
+
+    #[tokio::test]
+    async fn the_longest_running_query_is_the_oldest_admitted_still_running() {
+        let pool = QueryPool::new(1, 2, 1).unwrap();
+        let ctx = QueryCtx::new(Duration::from_secs(5));
+        assert_eq!(pool.stats().longest_running_ms, None);
+        let first = pool.admit(&ctx).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        let second = pool.admit(&ctx).await.unwrap();
+        assert!(pool.stats().longest_running_ms.unwrap() >= 60);
+        drop(first);
+        assert!(pool.stats().longest_running_ms.unwrap() < 60);
+        drop(second);
+        assert_eq!(pool.stats().longest_running_ms, None);
     }
 
     #[test]
