@@ -260,6 +260,32 @@ def test_etcd_elects_one_primary_and_fails_over_when_it_dies(cluster, etcd):
     assert count(a2) == count(b) == len(w.acked) + len(w2.acked)
 
 
+def test_a_standby_that_loses_its_primary_publishes_what_it_holds_at_once(cluster, etcd):
+    """Without a leader, members rank by the (epoch, seq) in their etcd
+    member keys, which a linked standby rewrites only once a second. A
+    standby whose primary died publishes its sequence at once: otherwise an
+    old primary restarted with a torn tail (fewer records) could win the
+    election against a key a second old and cut a record the standby held
+    (in semi-sync, an acknowledged one)."""
+    urls = ",".join(etcd.client_urls)
+    a = etcd_node(cluster, "a", urls)
+    wait_role(a, "primary")
+    b = etcd_node(cluster, "b", urls)
+    wait_streaming(b)
+    # Writing up to the kill, so the standby holds records its key, last
+    # rewritten up to a second ago, does not show.
+    w = Writer(a).start()
+    time.sleep(1.5)
+    a.kill9()
+    w.halt()
+    held = b.status()["tp"]["seq"]
+    # Well inside the lease (no election yet), and within a fraction of
+    # the once-a-second rewrite.
+    time.sleep(0.3)
+    key = json.loads(etcd.get("/tickdb/tickdb/members/b"))
+    assert key["seq"] == held, (key, held)
+
+
 def test_clients_follow_the_primary_through_an_etcd_failover(cluster, etcd):
     """A remote rdb given both nodes resumes on the new primary with no gap
     and no duplicate; third-party clients get a standby's error naming the

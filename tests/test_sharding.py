@@ -100,16 +100,8 @@ class Group:
     def member(self, extra=(), start=True, tp_port=None):
         m = member(self.cluster, tp_port or self.tp.tp_port, self.http, self.pg, self.ipc, extra=extra, start=start)
         if start:
-            self.wait_joined(m)
             m.wait_rows("trade", self.rows)
         return m
-
-    def wait_joined(self, m, timeout: float = 10) -> None:
-        """Waits until m listens on every shared port (its log says so).
-        /health turning 200 is not enough: see
-        test_ready_means_listening_on_every_shared_port."""
-        for port in self.ports():
-            m.wait_log(f"joined the query group on 127.0.0.1:{port} ", timeout=timeout, lines=100_000)
 
 
 def pid_of(m) -> int:
@@ -358,7 +350,6 @@ def test_a_member_that_is_not_ready_takes_no_connections(cluster):
     # Once its tp is there it catches up and joins the group.
     cluster.tp(data_dir=cluster.tmp / "data-b", tp=nowhere)
     b.wait_ready(timeout=30)
-    g.wait_joined(b)
     seen = Counter(http_member(fresh_http(g.url, "/health")) for _ in range(60))
     print("B ready:", dict(seen))
     assert set(seen) == {pid_of(a), pid_of(b)}, seen
@@ -528,78 +519,57 @@ class Clients:
     def pids(self) -> set[int]:
         return {p for _, p in self.ok}
 
-    def http(self):
-        s = requests.Session()
+    def run(self, proto: str, open_, ask, closed: tuple):
+        """One client: `ask` on a connection from `open_`; when it fails with
+        one of the `closed` errors (the connection was closed or reset), the
+        request is resent once on a new connection."""
+        conn = None
         while not self.stop.is_set():
             for attempt in (0, 1):
                 try:
-                    r = s.get(self.g.url + "/exec", params={"query": COUNT}, timeout=10)
-                except requests.ConnectionError as e:
-                    s.close()
-                    s = requests.Session()
+                    conn = conn or open_()
+                    pid, n = ask(conn)
+                except closed as e:
+                    if conn is not None:
+                        conn.close()
+                    conn = None
                     if attempt == 1:
-                        self.fail(f"http: {e!r}")
+                        self.fail(f"{proto}: {e!r}")
                         break
                     with self.lock:
-                        self.retries["http"] += 1
+                        self.retries[proto] += 1
                     continue
-                if r.status_code != 200:
-                    self.fail(f"http: {r.status_code} {r.text[:200]} from {r.headers.get('x-tickdb-member')}")
-                else:
-                    self.answer("http", http_member(r), r.json()["dataset"][0][0])
+                except Refused as e:
+                    self.fail(f"{proto}: {e}")
+                    break
+                self.answer(proto, pid, n)
                 break
             time.sleep(0.005)
-        s.close()
+        if conn is not None:
+            conn.close()
+
+    def http(self):
+        def ask(s):
+            r = s.get(self.g.url + "/exec", params={"query": COUNT}, timeout=10)
+            if r.status_code != 200:
+                raise Refused(f"{r.status_code} {r.text[:200]} from {r.headers.get('x-tickdb-member')}")
+            return http_member(r), r.json()["dataset"][0][0]
+        self.run("http", requests.Session, ask, (requests.ConnectionError,))
 
     def pg(self):
-        conn, pid = None, None
-        while not self.stop.is_set():
-            for attempt in (0, 1):
-                try:
-                    if conn is None:
-                        conn = pg_connect(self.g.pg)
-                        pid = conn.execute("select pg_backend_pid()").fetchone()[0]
-                    n = conn.execute(COUNT).fetchone()[0]
-                except psycopg.OperationalError as e:
-                    if conn is not None:
-                        conn.close()
-                    conn = None
-                    if attempt == 1:
-                        self.fail(f"pg: {type(e).__name__} {e.sqlstate} {e}")
-                        break
-                    with self.lock:
-                        self.retries["pg"] += 1
-                    continue
-                self.answer("pg", pid, n)
-                break
-            time.sleep(0.005)
-        if conn is not None:
-            conn.close()
+        def ask(conn):
+            return conn.execute("select pg_backend_pid(), count(*) from trade").fetchone()
+        self.run("pg", lambda: pg_connect(self.g.pg), ask, (psycopg.OperationalError,))
 
     def ipc(self):
-        conn, pid = None, None
-        while not self.stop.is_set():
-            for attempt in (0, 1):
-                try:
-                    if conn is None:
-                        conn = Ipc(self.g.ipc)
-                        pid = conn.sync(".z.i")
-                    n = conn.sync("count trade")
-                except OSError as e:  # ConnectionError, reset, refused
-                    if conn is not None:
-                        conn.close()
-                    conn = None
-                    if attempt == 1:
-                        self.fail(f"ipc: {e!r}")
-                        break
-                    with self.lock:
-                        self.retries["ipc"] += 1
-                    continue
-                self.answer("ipc", pid, n)
-                break
-            time.sleep(0.005)
-        if conn is not None:
-            conn.close()
+        def ask(conn):
+            return conn.sync(".z.i"), conn.sync("count trade")
+        # OSError: ConnectionError, reset, refused.
+        self.run("ipc", lambda: Ipc(self.g.ipc), ask, (OSError,))
+
+
+class Refused(Exception):
+    """An answer that is an error, not a closed connection: a failure."""
 
 
 def test_rolling_upgrade_fails_no_request(migrate_req, cluster):
@@ -696,6 +666,40 @@ def test_the_last_listener_never_steps_out(migrate_req, cluster):
     assert r.status_code == 200 and http_member(r) == pid_of(a)
     t.join(timeout=30)
     assert got["block"] == 200
+
+
+def test_two_busy_members_never_both_leave_the_port(migrate_req, cluster):
+    """Both members saturated at once: each takes the port's leave lock and
+    counts the listeners, holding the lock until its own socket is gone, so
+    one stays and the port keeps answering throughout."""
+    g = Group(cluster, rows=10, ipc=False)
+    flags = ["--query-concurrency", "1", "--busy-query-ms", "0"]
+    a, b = g.member(extra=flags), g.member(extra=flags)
+    for round_ in range(5):
+        got_a, got_b = {}, {}
+        ta, tb = block(a, 1.0, got_a), block(b, 1.0, got_b)
+        least, end = 2, time.monotonic() + 0.8
+        while time.monotonic() < end:
+            least = min(least, listeners(g.http))
+            time.sleep(0.002)
+        ta.join(timeout=30)
+        tb.join(timeout=30)
+        assert got_a["block"] == got_b["block"] == 200
+        print(f"round {round_}: fewest listeners on the shared port during the blocks: {least}")
+        assert least == 1, least
+        # Both have capacity again: both listen.
+        deadline = time.monotonic() + 5
+        while listeners(g.http) != 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert listeners(g.http) == 2
+
+
+def listeners(port: int) -> int:
+    """Sockets listening on 127.0.0.1:port (/proc/net/tcp, state LISTEN)."""
+    want = f"0100007F:{port:04X}"
+    with open("/proc/net/tcp") as f:
+        return sum(1 for line in f.readlines()[1:]
+                   if line.split()[1] == want and line.split()[3] == "0A")
 
 
 # --- 7. bad cases ---------------------------------------------------------

@@ -955,34 +955,18 @@ struct ReportArgs {
     only: Option<String>,
 }
 
-/// The sections `report --only` runs alone, with the `## ` headings each
-/// writes.
-const REPORT_ONLY: [(&str, &[&str]); 7] = [
-    ("sharding", &[SHARDING_HEADING]),
-    ("ipc", &["## kdb+ IPC"]),
-    ("failover", &["## Failover"]),
-    (
-        "replication",
-        &["## Replication (Zero-Impact Crash Recovery for kdb+)"],
-    ),
-    (
-        "robustness",
-        &["## Robustness: acknowledged writes under hostile queries and clients"],
-    ),
-    (
-        "hot-restart",
-        &[
-            "## Hot Restart: key-value workload (Hot Restart Persistence)",
-            "## Hot Restart: rdb restart and checkpoints",
-        ],
-    ),
-    (
-        "stack",
-        &[
-            "## Market-data stack: DRAM against fsmem rdbs",
-            "## Bulk insert (Zero-Impact Crash Recovery for kdb+)",
-        ],
-    ),
+/// One report section: runs its benchmark, answers its markdown.
+type SectionFn = fn(&Path, &Path, &ReportArgs) -> Result<String>;
+
+/// The sections `report --only` runs alone.
+const REPORT_ONLY: [(&str, SectionFn); 7] = [
+    ("sharding", sharding_section),
+    ("ipc", ipc_section),
+    ("failover", failover_section),
+    ("replication", replication_section),
+    ("robustness", robustness_section),
+    ("hot-restart", hot_restart_sections),
+    ("stack", stack_and_insert_sections),
 ];
 
 const SHARDING_HEADING: &str = "## Socket sharding";
@@ -1470,21 +1454,13 @@ fn sharding_section(bin: &Path, work: &Path, a: &ReportArgs) -> Result<String> {
 fn report_only(bin: &Path, work: &Path, a: &ReportArgs, only: &str) -> Result<()> {
     let machine = machine::Machine::probe(work);
     let started = std::time::SystemTime::now();
-    let md = match only {
-        "sharding" => sharding_section(bin, work, a)?,
-        "ipc" => ipc_section(bin, work, a)?,
-        "failover" => failover_section(bin, work, a)?,
-        "replication" => replication_section(bin, work, a)?,
-        "robustness" => robustness_section(bin, work, a)?,
-        "hot-restart" => hot_restart_sections(bin, work, a)?,
-        "stack" => stack_and_insert_sections(bin, work, a)?,
-        other => {
-            return Err(BenchError::Server(format!(
-                "--only: unknown section '{other}' (known: {})",
-                REPORT_ONLY.map(|(n, _)| n).join(", ")
-            )))
-        }
+    let Some((_, section)) = REPORT_ONLY.iter().find(|(n, _)| *n == only) else {
+        return Err(BenchError::Server(format!(
+            "--only: unknown section '{only}' (known: {})",
+            REPORT_ONLY.map(|(n, _)| n).join(", ")
+        )));
     };
+    let md = section(bin, work, a)?;
     let secs = started.elapsed().map(|d| d.as_secs()).unwrap_or(0);
     let old = match std::fs::read_to_string(&a.out) {
         Ok(t) => Some(t),
@@ -1509,11 +1485,11 @@ fn report_only(bin: &Path, work: &Path, a: &ReportArgs, only: &str) -> Result<()
         ),
         _ => String::new(),
     };
-    let headings: Vec<String> = REPORT_ONLY
+    let headings: Vec<String> = split_sections(&md)
         .iter()
-        .find(|(n, _)| *n == only)
-        .map(|(_, h)| h.iter().map(|h| format!("\"{}\"", &h[3..])).collect())
-        .unwrap_or_default();
+        .filter_map(|c| c.lines().next())
+        .map(|h| format!("\"{}\"", h.trim_start_matches("## ").trim_end()))
+        .collect();
     let note = format!(
         "`tickdb bench report --only {only}{}` regenerated {} alone on {}, in {secs} s, with a {} build{elsewhere}; the other sections are from the run above.",
         if a.quick { " --quick" } else { "" },

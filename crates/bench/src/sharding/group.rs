@@ -17,7 +17,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(300);
 /// listener bound it.
 const PORT_RACE_TRIES: usize = 3;
 
-pub const MIGRATE_REQ: &str = "/proc/sys/net/ipv4/tcp_migrate_req";
+pub const MIGRATE_REQ: &str = tickdb_net::group::MIGRATE_REQ_SYSCTL;
 
 /// The query ports a group of listeners shares.
 #[derive(Debug, Clone, Copy)]
@@ -115,30 +115,10 @@ pub fn start(bin: &Path, work: &Path, name: &str, spec: &Spec) -> Result<Member>
     }
 }
 
-/// Whether every shared (`rp,`) port in a `/status` answer is listening
-/// (or was left while busy): the member has joined its groups. A `/status`
-/// without the ports says nothing against it.
-pub fn shared_ports_open(st: &serde_json::Value) -> bool {
-    st["member"]["ports"].as_array().is_none_or(|ports| {
-        ports
-            .iter()
-            .filter(|p| p["port"].as_str().is_some_and(|s| s.starts_with("rp,")))
-            .all(|p| p["listening"].as_bool() == Some(true) || p["away"].as_bool() == Some(true))
-    })
-}
-
-/// The phase in a `/status` answer.
-pub fn phase(st: &serde_json::Value) -> Option<&str> {
-    st["phase"]
-        .as_str()
-        .or_else(|| st["lifecycle"]["phase"].as_str())
-}
-
 impl Member {
-    /// Waits until its admin `/health` answers 200, `/status` says ready
-    /// and every shared port listens (the member joined its groups: a
-    /// shared port opens a moment after the node turns ready); returns (and
-    /// keeps) the seconds since the spawn.
+    /// Waits until its admin `/health` answers 200 (the node is ready and
+    /// every shared port listens); returns (and keeps) the seconds since
+    /// the spawn.
     pub fn wait_ready(&mut self) -> Result<f64> {
         loop {
             child::check_interrupt()?;
@@ -148,21 +128,18 @@ impl Member {
                 Ok((200, _))
             );
             if healthy {
-                if let Ok(st) = request_json(self.admin, "GET", "/status") {
-                    if phase(&st) == Some("ready") && shared_ports_open(&st) {
-                        if let Some(p) = st["member"]["pid"].as_u64() {
-                            if p as u32 != self.pid {
-                                return Err(BenchError::Server(format!(
-                                    "{}: /status says member pid {p}; the process is {}",
-                                    self.name, self.pid
-                                )));
-                            }
-                        }
-                        let s = self.spawned.elapsed().as_secs_f64();
-                        self.ready_s = Some(s);
-                        return Ok(s);
+                let st = request_json(self.admin, "GET", "/status")?;
+                if let Some(p) = st["member"]["pid"].as_u64() {
+                    if p as u32 != self.pid {
+                        return Err(BenchError::Server(format!(
+                            "{}: /status says member pid {p}; the process is {}",
+                            self.name, self.pid
+                        )));
                     }
                 }
+                let s = self.spawned.elapsed().as_secs_f64();
+                self.ready_s = Some(s);
+                return Ok(s);
             }
             if self.spawned.elapsed() > READY_TIMEOUT {
                 return Err(BenchError::Server(format!(
@@ -239,18 +216,9 @@ pub fn start_all(bin: &Path, work: &Path, names: &[String], spec: &Spec) -> Resu
 }
 
 /// Sockets listening on 127.0.0.1:`port` now, one per member that has the
-/// port open (`/proc/net/tcp`, state LISTEN).
+/// port open (the count the members themselves take).
 pub fn listeners_on(port: u16) -> usize {
-    let want = format!("0100007F:{port:04X}");
-    std::fs::read_to_string("/proc/net/tcp")
-        .unwrap_or_default()
-        .lines()
-        .skip(1)
-        .filter(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            f.len() > 3 && f[3] == "0A" && f[1].eq_ignore_ascii_case(&want)
-        })
-        .count()
+    tickdb_net::group::listeners_on(std::net::SocketAddr::from(([127, 0, 0, 1], port))).unwrap_or(0)
 }
 
 /// The tp every listener follows, fed `rows` trade rows over ILP TCP.
@@ -398,16 +366,4 @@ pub fn dir(work: &Path, name: &str) -> Result<PathBuf> {
     let d = work.join(name);
     std::fs::create_dir_all(&d).map_err(BenchError::io(format!("creating {}", d.display())))?;
     Ok(d)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn counts_a_listening_socket() {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = l.local_addr().unwrap().port();
-        assert_eq!(super::listeners_on(port), 1);
-        drop(l);
-        assert_eq!(super::listeners_on(port), 0);
-    }
 }
