@@ -183,6 +183,10 @@ impl Column {
     }
 }
 
+/// The table name of an end-of-day marker (`Batch::end_of_day`). Table names
+/// are letters, digits and `_`, so no table can be called this.
+pub const END_OF_DAY_TABLE: &str = ".u.end";
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Batch {
     pub table: String,
@@ -205,7 +209,38 @@ impl Batch {
 
     /// Whether this batch is a clear marker (see `clear_marker`).
     pub fn is_clear_marker(&self) -> bool {
-        self.rows == 0 && self.columns.is_empty()
+        self.rows == 0 && self.columns.is_empty() && self.table != END_OF_DAY_TABLE
+    }
+
+    /// An update that ends the trading day `date` (days since 1970-01-01, as
+    /// Arrow's Date32): kdb+'s `.u.end`. The tp journals and publishes it
+    /// like any update, so every rdb, standby and replay closes the day at
+    /// the same sequence number: rows before it are that day's, rows after
+    /// it the next day's. A batch of the reserved table `END_OF_DAY_TABLE`
+    /// (no table can be named so) with one row of one i32 column.
+    pub fn end_of_day(date: i32) -> Batch {
+        Batch {
+            table: END_OF_DAY_TABLE.to_string(),
+            rows: 1,
+            columns: vec![Column {
+                data: ColumnData::I32(vec![date]),
+                valid: None,
+            }],
+        }
+    }
+
+    /// The date this batch ends, if it is an end-of-day marker.
+    pub fn end_of_day_date(&self) -> Option<i32> {
+        if self.table != END_OF_DAY_TABLE || self.rows != 1 {
+            return None;
+        }
+        match self.columns.as_slice() {
+            [Column {
+                data: ColumnData::I32(d),
+                ..
+            }] => d.first().copied(),
+            _ => None,
+        }
     }
 
     /// The rows of `parts` one after another, as one batch of their table.

@@ -6,7 +6,10 @@
 //! An update is one or more batches that are journaled, published and
 //! applied together (one ILP HTTP request is one update, so it is never
 //! half-applied). A batch with 0 rows and 0 columns is a clear marker: applying
-//! it empties the table (`Batch::clear_marker`).
+//! it empties the table (`Batch::clear_marker`). A batch of the reserved table
+//! `.u.end` with one row of one i32 column (no validity bitmap) is an
+//! end-of-day marker: the day it ends, in days since 1970-01-01
+//! (`Batch::end_of_day`).
 //!
 //! ```text
 //! u8   codec version (1)
@@ -193,6 +196,26 @@ pub fn decode(buf: &[u8], schema: Option<&Schema>) -> Result<Vec<Batch>> {
     Ok(out)
 }
 
+/// An end-of-day marker: exactly one row of one i32 column, no validity.
+fn decode_end_of_day(r: &mut Reader<'_>, rows: usize, ncols: usize) -> Result<Batch> {
+    if rows != 1 || ncols != 1 {
+        return Err(r.err(format!(
+            "end-of-day marker has {rows} rows and {ncols} columns, not 1 and 1"
+        )));
+    }
+    let tag = r.u8()?;
+    if tag != ColumnType::I32.tag() {
+        return Err(r.err(format!(
+            "end-of-day marker's date has type tag {tag}, not i32"
+        )));
+    }
+    if r.u8()? != 0 {
+        return Err(r.err("end-of-day marker's date has a validity bitmap"));
+    }
+    let date = i32::from_le_bytes(r.fixed::<4>(1)?[0]);
+    Ok(Batch::end_of_day(date))
+}
+
 fn decode_batch(r: &mut Reader<'_>, schema: Option<&Schema>) -> Result<Batch> {
     let name_len = r.u16()? as usize;
     let table = r.utf8(name_len)?;
@@ -201,6 +224,9 @@ fn decode_batch(r: &mut Reader<'_>, schema: Option<&Schema>) -> Result<Batch> {
         return Err(r.err(format!("{rows} rows exceeds the bound {BATCH_ROWS_MAX}")));
     }
     let ncols = r.u16()? as usize;
+    if table == crate::batch::END_OF_DAY_TABLE {
+        return decode_end_of_day(r, rows, ncols);
+    }
     let def = match schema {
         Some(s) => {
             let def = s

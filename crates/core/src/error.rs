@@ -28,6 +28,11 @@ pub enum CoreError {
     },
     #[error("memory domain: {0}")]
     Domain(String),
+    /// A day has ended and its Parquet is not committed yet: its rows are
+    /// in neither the tables nor the HDB, so a cut of the tables alone
+    /// would miss them.
+    #[error("end of day {date} (seq {seq}) is still being written to the HDB; try again once it is committed")]
+    DayClosing { date: String, seq: u64 },
 }
 
 pub type Result<T> = std::result::Result<T, CoreError>;

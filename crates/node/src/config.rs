@@ -539,3 +539,41 @@ impl HotArgs {
         Some(o)
     }
 }
+
+#[derive(Args, Debug, Clone)]
+pub struct EodArgs {
+    /// End the trading day every day at this local time (HH:MM, in
+    /// --eod-tz): the tp journals an end-of-day marker (kdb+'s `.u.end`),
+    /// rolls its journal and tells every subscriber; rdbs with --hdb write
+    /// the day to Parquet. The day closed is the local date just before
+    /// this time, so 00:00 closes the day that ended. Default: only on
+    /// command (`tickdb eod`, POST /admin/eod).
+    #[arg(long, value_name = "HH:MM")]
+    pub eod_time: Option<String>,
+    /// The time zone of --eod-time and of the dates in the historical
+    /// database (an IANA name: UTC, America/New_York, Europe/London).
+    #[arg(long, default_value = "UTC", value_name = "ZONE")]
+    pub eod_tz: String,
+}
+
+impl EodArgs {
+    pub fn clock(&self) -> Result<crate::eod_clock::EodClock, String> {
+        crate::eod_clock::EodClock::new(&self.eod_tz, self.eod_time.as_deref())
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct HdbArgs {
+    /// The historical database (docs/history.md): at end of day the rdb
+    /// writes the day here as date-partitioned Parquet
+    /// (DIR/<table>/date=YYYY-MM-DD/part-NNNNN.parquet) and drops it from
+    /// memory; SQL then spans today and every date here, with a derived
+    /// `date` column. Without it an end of day leaves the day in memory.
+    #[arg(long, value_name = "DIR")]
+    pub hdb: Option<PathBuf>,
+    /// Keep the journal after end of day. By default, with --hot-restart,
+    /// the journal up to the end-of-day marker is removed once the day is
+    /// committed to the HDB and a checkpoint covers it.
+    #[arg(long)]
+    pub eod_keep_journal: bool,
+}

@@ -398,13 +398,26 @@ pub async fn rejoin_as_standby(tp: &std::sync::Arc<tickdb_tp::Tickerplant>, prim
 
 /// POSTs to another node's HTTP API: (status, body).
 pub async fn admin_post(http: &str, path_and_query: &str) -> Result<(u16, String), String> {
+    admin_call("POST", http, path_and_query).await
+}
+
+/// GETs from another node's HTTP API (`/status`): (status, body).
+pub async fn admin_get(http: &str, path_and_query: &str) -> Result<(u16, String), String> {
+    admin_call("GET", http, path_and_query).await
+}
+
+async fn admin_call(
+    method: &str,
+    http: &str,
+    path_and_query: &str,
+) -> Result<(u16, String), String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let go = async {
         let mut s = tokio::net::TcpStream::connect(http)
             .await
             .map_err(|e| format!("connecting to {http}: {e}"))?;
         let req = format!(
-            "POST {path_and_query} HTTP/1.1\r\nHost: {http}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            "{method} {path_and_query} HTTP/1.1\r\nHost: {http}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
         );
         s.write_all(req.as_bytes())
             .await

@@ -52,6 +52,12 @@ pub fn router(state: AppState) -> Router {
     }
     r = r.route("/admin/drain", post(admin_drain));
     if role.has_tp() {
+        r = r.route("/admin/eod", post(admin_eod));
+    }
+    if role.has_rdb() {
+        r = r.route("/admin/hdb/reload", post(admin_hdb_reload));
+    }
+    if role.has_tp() {
         r = r
             .route("/admin/promote", post(admin_promote))
             .route("/admin/switchover", post(admin_switchover));
@@ -97,6 +103,75 @@ async fn admin_drain(State(s): State<AppState>) -> Response {
         .to_string(),
     )
         .into_response()
+}
+
+#[derive(Deserialize)]
+struct EodParams {
+    /// YYYY-MM-DD; default: today in --eod-tz.
+    date: Option<String>,
+}
+
+/// `POST /admin/eod[?date=YYYY-MM-DD]`: ends the trading day now (kdb+'s
+/// `.u.end`): the tp journals an end-of-day marker and every rdb with a
+/// historical database writes the day. Answers once the marker is
+/// journaled, with its sequence; `/status` `eod` shows the write.
+async fn admin_eod(State(s): State<AppState>, Query(p): Query<EodParams>) -> Response {
+    let Some(tp) = s.node.tp().cloned() else {
+        return not_ready(&s.node);
+    };
+    let date = match p.date.as_deref() {
+        Some(d) => match chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d") {
+            Ok(d) => crate::eod_clock::days(d),
+            Err(_) => {
+                return json_error(
+                    StatusCode::BAD_REQUEST,
+                    "bad_date",
+                    format!("date {d:?} is not a date as YYYY-MM-DD"),
+                    json!({}),
+                )
+            }
+        },
+        None => match s.node.clock() {
+            Some(c) => c.today(),
+            None => tickdb_core::store::utc_today(),
+        },
+    };
+    match tp.end_of_day(date).await {
+        Ok(seq) => {
+            let date = tickdb_core::store::date_string(date);
+            tracing::info!("end of day {date} on command: marker journaled at seq {seq}");
+            json_ok(json!({ "date": date, "seq": seq }))
+        }
+        Err(e) => tp_error(e),
+    }
+}
+
+/// `POST /admin/hdb/reload`: reads the historical database's committed
+/// parts again (after `tickdb hdb import` into it).
+async fn admin_hdb_reload(State(s): State<AppState>) -> Response {
+    let Some(eod) = s.node.eod().cloned() else {
+        return json_error(
+            StatusCode::CONFLICT,
+            "no_hdb",
+            "this node has no historical database (start it with --hdb DIR)".into(),
+            json!({}),
+        );
+    };
+    match tokio::task::spawn_blocking(move || eod.reload()).await {
+        Ok(Ok(dates)) => json_ok(json!({ "history_dates": dates })),
+        Ok(Err(e)) => json_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "hdb_unreadable",
+            e,
+            json!({}),
+        ),
+        Err(e) => json_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal error",
+            e.to_string(),
+            json!({}),
+        ),
+    }
 }
 
 /// 503 with the lifecycle: what the node is doing and how far it has got.
@@ -482,6 +557,9 @@ async fn status(State(s): State<AppState>) -> Response {
     if let (Some(r), Some(tp)) = (s.node.replication(), s.node.tp()) {
         let applied = s.node.rdb().map(|r| r.applied_seq()).unwrap_or(0);
         body["replication"] = r.status(tp, applied);
+    }
+    if let Some(e) = s.node.eod() {
+        body["eod"] = serde_json::to_value(e.status()).unwrap_or_default();
     }
     body["role"] = json!(s.node.role.name());
     body["member"] = json!({

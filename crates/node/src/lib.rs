@@ -13,6 +13,8 @@
 //! - `drain`: graceful drain on SIGTERM or `POST /admin/drain`
 //! - `replication`: the replication port every node serves, and a
 //!   standby's follower
+//! - `eod`, `eod_clock`: end of day (the Parquet history it writes,
+//!   its schedule and time zone)
 //! - `embedded_rdb`, `persist`, `demo_feed`: the rdb inside `up`, Hot
 //!   Restart wiring, and the built-in simulated feed
 
@@ -20,6 +22,8 @@ pub mod config;
 mod demo_feed;
 pub mod drain;
 mod embedded_rdb;
+pub mod eod;
+pub mod eod_clock;
 pub mod failover;
 pub mod http;
 pub mod http_server;

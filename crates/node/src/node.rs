@@ -54,6 +54,8 @@ pub struct Node {
     /// as it does on SIGTERM.
     pub drain_requested: tokio_util::sync::CancellationToken,
     ports: OnceLock<Arc<crate::query_group::QueryPorts>>,
+    eod: OnceLock<Arc<crate::eod::Eod>>,
+    clock: OnceLock<crate::eod_clock::EodClock>,
 }
 
 impl Node {
@@ -68,6 +70,8 @@ impl Node {
             drain: tokio_util::sync::CancellationToken::new(),
             drain_requested: tokio_util::sync::CancellationToken::new(),
             ports: OnceLock::new(),
+            eod: OnceLock::new(),
+            clock: OnceLock::new(),
         })
     }
 
@@ -114,6 +118,24 @@ impl Node {
 
     pub fn rdb(&self) -> Option<&Arc<Rdb>> {
         self.rdb.get()
+    }
+
+    /// The end-of-day writer, on an rdb with a historical database.
+    pub fn set_eod(&self, e: Arc<crate::eod::Eod>) {
+        let _ = self.eod.set(e);
+    }
+
+    pub fn eod(&self) -> Option<&Arc<crate::eod::Eod>> {
+        self.eod.get()
+    }
+
+    /// The end-of-day clock (time zone), on a node with a tp.
+    pub fn set_clock(&self, c: crate::eod_clock::EodClock) {
+        let _ = self.clock.set(c);
+    }
+
+    pub fn clock(&self) -> Option<&crate::eod_clock::EodClock> {
+        self.clock.get()
     }
 
     pub fn query(&self) -> Option<&QueryEngine> {

@@ -3,8 +3,8 @@
 //! servers, and stop cleanly on SIGINT/SIGTERM (final journal sync).
 
 use crate::config::{
-    FsyncArg, GroupArgs, HotArgs, HttpArgs, IpcArgs, MemArgs, NetArgs, PgArgs, QueryArgs,
-    SchemaArgs, TpArgs,
+    EodArgs, FsyncArg, GroupArgs, HdbArgs, HotArgs, HttpArgs, IpcArgs, MemArgs, NetArgs, PgArgs,
+    QueryArgs, SchemaArgs, TpArgs,
 };
 use crate::http::{self, AppState};
 use crate::node::{Node, Role};
@@ -54,6 +54,10 @@ pub struct UpArgs {
     pub query: QueryArgs,
     #[command(flatten)]
     pub hot: HotArgs,
+    #[command(flatten)]
+    pub eod: EodArgs,
+    #[command(flatten)]
+    pub hdb: HdbArgs,
     /// With --hot-restart: after each durable checkpoint, remove the journal
     /// segments whose records it covers (POST /journal/trim does it on
     /// command). Subscribers that need those records (a remote rdb replaying
@@ -85,6 +89,7 @@ macro_rules! query_flags {
 }
 query_flags!(UpArgs);
 query_flags!(RdbArgs);
+query_flags!(HdbServeArgs);
 
 #[derive(Args, Debug)]
 #[command(after_help = crate::config::LISTEN_HELP)]
@@ -102,6 +107,8 @@ pub struct TpOnlyArgs {
     pub tp: TpArgs,
     #[command(flatten)]
     pub schema: SchemaArgs,
+    #[command(flatten)]
+    pub eod: EodArgs,
 }
 
 #[derive(Args, Debug)]
@@ -143,6 +150,42 @@ pub struct RdbArgs {
     pub query: QueryArgs,
     #[command(flatten)]
     pub hot: HotArgs,
+    #[command(flatten)]
+    pub eod: EodArgs,
+    #[command(flatten)]
+    pub hdb: HdbArgs,
+}
+
+/// `tickdb hdb serve`: a historical database served alone, with no tp
+/// (a kdb+ HDB process).
+#[derive(Args, Debug)]
+#[command(after_help = crate::config::LISTEN_HELP)]
+pub struct HdbServeArgs {
+    /// The historical database directory (DIR/<table>/date=YYYY-MM-DD/).
+    pub dir: std::path::PathBuf,
+    #[command(flatten)]
+    pub net: NetArgs,
+    /// HTTP: /exec (SQL), /status, /metrics, /health.
+    #[arg(long, default_value = "8702", value_name = "[rp,]PORT", value_parser = |s: &str| ListenSpec::parse(s).map_err(|e| e.to_string()))]
+    pub http_port: ListenSpec,
+    #[command(flatten)]
+    pub http: HttpArgs,
+    /// PostgreSQL wire protocol (psql, psycopg, JDBC): SQL like /exec.
+    #[arg(long, default_value = "8714", value_name = "[rp,]PORT", value_parser = |s: &str| ListenSpec::parse(s).map_err(|e| e.to_string()))]
+    pub pg_port: ListenSpec,
+    #[command(flatten)]
+    pub pg: PgArgs,
+    #[command(flatten)]
+    pub ipc: IpcArgs,
+    #[command(flatten)]
+    pub group: GroupArgs,
+    #[command(flatten)]
+    pub schema: SchemaArgs,
+    #[command(flatten)]
+    pub query: QueryArgs,
+    /// The time zone of the dates in the HDB (an IANA name).
+    #[arg(long, default_value = "UTC", value_name = "ZONE")]
+    pub eod_tz: String,
 }
 
 async fn bind(ip: IpAddr, spec: &ListenSpec, what: &str) -> Result<TcpListener, String> {
@@ -356,8 +399,45 @@ pub(crate) fn make_store(schema: &Schema, mem: &MemArgs) -> Result<Arc<Store>, S
         .map_err(|e| e.to_string())
 }
 
-fn query_engine(store: Arc<Store>, q: &QueryArgs) -> Result<QueryEngine, String> {
-    QueryEngine::new(store, q.options()).map_err(|e| e.to_string())
+fn query_engine(
+    store: Arc<Store>,
+    q: &QueryArgs,
+    hdb: Option<&Path>,
+) -> Result<QueryEngine, String> {
+    let mut opts = q.options();
+    opts.hdb = hdb_root(hdb)?;
+    QueryEngine::new(store, opts).map_err(|e| e.to_string())
+}
+
+/// --hdb as an absolute path, created if missing: the Parquet reader
+/// addresses files by absolute location.
+fn hdb_root(dir: Option<&Path>) -> Result<Option<std::path::PathBuf>, String> {
+    let Some(dir) = dir else {
+        return Ok(None);
+    };
+    std::fs::create_dir_all(dir)
+        .map_err(|e| format!("--hdb {}: cannot create it: {e}", dir.display()))?;
+    std::fs::canonicalize(dir)
+        .map(Some)
+        .map_err(|e| format!("--hdb {}: {e}", dir.display()))
+}
+
+/// With --hdb: the end-of-day writer, opened before the rdb applies
+/// anything (a replayed end-of-day marker must find it).
+fn open_eod(
+    node: &Arc<Node>,
+    rdb: &Arc<tickdb_rdb::Rdb>,
+    hdb: &HdbArgs,
+    tp: Option<Arc<Tickerplant>>,
+    clock: crate::eod_clock::EodClock,
+) -> Result<(), String> {
+    let Some(root) = hdb_root(hdb.hdb.as_deref())? else {
+        return Ok(());
+    };
+    let eod = crate::eod::Eod::open(rdb.clone(), root, tp, hdb.eod_keep_journal, clock)?;
+    node.set_eod(eod.clone());
+    tokio::spawn(eod.run());
+    Ok(())
 }
 
 /// Serves HTTP for `node` on `acceptor`: `/health` and `/status` answer
@@ -500,10 +580,12 @@ async fn blocking<T: Send + 'static>(
 pub async fn up(a: UpArgs) -> Result<(), String> {
     standby_flags_fit(&a.tp, &a.schema)?;
     let (schema, toml) = load_schema(&a.schema)?;
+    let clock = a.eod.clock()?;
     if a.trim_journal && a.hot.hot_restart.is_none() {
         return Err("--trim-journal needs --hot-restart: the journal may only be trimmed behind a durable checkpoint".into());
     }
     let node = Node::new(Role::Up);
+    node.set_clock(clock.clone());
     let ilp_l = bind(a.net.bind, &a.tp.ilp_port, "ILP TCP").await?;
     let sub_l = bind(a.net.bind, &a.tp.tp_port, "tp subscriptions").await?;
     let repl_l = bind(a.net.bind, &a.tp.repl.repl_port, "replication").await?;
@@ -619,9 +701,11 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
             }),
         )?
     };
-    let engine = query_engine(rdb.store().clone(), &a.query)?;
+    open_eod(&node, &rdb, &a.hdb, Some(tp.clone()), clock.clone())?;
+    let engine = query_engine(rdb.store().clone(), &a.query, a.hdb.hdb.as_deref())?;
     node.set_query(engine.clone());
     start_pg(ql.pg, &engine, &a.pg);
+    crate::eod_clock::spawn_schedule(tp.clone(), clock);
     let rdb_thread = {
         let (tp, rdb, life) = (tp.clone(), rdb.clone(), node.life.clone());
         std::thread::Builder::new()
@@ -669,6 +753,7 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
 pub async fn tp(a: TpOnlyArgs) -> Result<(), String> {
     standby_flags_fit(&a.tp, &a.schema)?;
     let (schema, toml) = load_schema(&a.schema)?;
+    let clock = a.eod.clock()?;
     let http_l = bind(a.net.bind, &a.http_port, "HTTP").await?;
     let ilp_l = bind(a.net.bind, &a.tp.ilp_port, "ILP TCP").await?;
     let sub_l = bind(a.net.bind, &a.tp.tp_port, "tp subscriptions").await?;
@@ -678,6 +763,7 @@ pub async fn tp(a: TpOnlyArgs) -> Result<(), String> {
         None => None,
     };
     let node = Node::new(Role::Tp);
+    node.set_clock(clock.clone());
     start_http(Acceptor::fixed(http_l), &node, &a.http);
     let adv = advertised(&a.net, &a.tp, a.http_port.port);
     // A tp has no tables: it cannot take a reseed.
@@ -702,6 +788,7 @@ pub async fn tp(a: TpOnlyArgs) -> Result<(), String> {
     tokio::spawn(tickdb_tp::ilp_tcp::serve(ilp_l, tp.clone()));
     tokio::spawn(tickdb_tp::sub_server::serve(sub_l, tp.clone()));
     start_ipc(ipc_l, &node, &a.ipc, None);
+    crate::eod_clock::spawn_schedule(tp.clone(), clock);
     tracing::info!(
         "tickdb tp: HTTP {}:{} (/write), ILP TCP {}, subscriptions {}, kdb+ IPC {}, replication {} ({}), journal {}",
         a.net.bind,
@@ -721,6 +808,10 @@ pub async fn tp(a: TpOnlyArgs) -> Result<(), String> {
 }
 
 pub async fn rdb(a: RdbArgs) -> Result<(), String> {
+    if a.eod.eod_time.is_some() {
+        return Err("--eod-time is the tp's: it journals the end of day, and every rdb ends the day at its marker; give an rdb --eod-tz only".into());
+    }
+    let clock = a.eod.clock()?;
     let node = Node::new(Role::Rdb);
     node.life.starting("reloading the Hot Restart store");
     let ql = open_query_ports(&node, a.net.bind, a.query_flags())?;
@@ -779,8 +870,9 @@ pub async fn rdb(a: RdbArgs) -> Result<(), String> {
     })
     .await?;
     node.set_rdb(rdb.clone());
+    open_eod(&node, &rdb, &a.hdb, None, clock)?;
     let mut schedule = crate::persist::schedule(&rdb, &a.hot, Box::new(|_| {}))?;
-    let engine = query_engine(rdb.store().clone(), &a.query)?;
+    let engine = query_engine(rdb.store().clone(), &a.query, a.hdb.hdb.as_deref())?;
     node.set_query(engine.clone());
     // Ready once caught up with the tp's sequence at subscription; until
     // then every query path says how far catch-up has got.
@@ -841,4 +933,49 @@ pub async fn rdb(a: RdbArgs) -> Result<(), String> {
     // Whatever was applied is consistent: the last checkpoint keeps it.
     let _ = tokio::task::spawn_blocking(move || crate::persist::final_checkpoint(&rdb)).await;
     result
+}
+
+/// `tickdb hdb serve`: SQL, PostgreSQL wire and kdb+ IPC over a historical
+/// database alone. The tables are empty today; every date in DIR is there.
+pub async fn hdb(a: HdbServeArgs) -> Result<(), String> {
+    let (schema, _) = load_schema(&a.schema)?;
+    let clock = crate::eod_clock::EodClock::new(&a.eod_tz, None)?;
+    if !a.dir.is_dir() {
+        return Err(format!(
+            "historical database {}: not a directory",
+            a.dir.display()
+        ));
+    }
+    let dir = std::fs::canonicalize(&a.dir).map_err(|e| format!("{}: {e}", a.dir.display()))?;
+    let node = Node::new(Role::Rdb);
+    node.life.starting("reading the historical database");
+    let ql = open_query_ports(&node, a.net.bind, a.query_flags())?;
+    let mem = MemArgs {
+        fsmem_dir: None,
+        fsmem: Vec::new(),
+    };
+    let store = make_store(&schema, &mem)?;
+    let rdb = tickdb_rdb::Rdb::new(store);
+    // Served read-only: nothing ends a day here, so nothing is written.
+    let eod = crate::eod::Eod::open_read_only(rdb.clone(), dir.clone(), clock)?;
+    node.set_eod(eod);
+    node.set_rdb(rdb.clone());
+    let engine = query_engine(rdb.store().clone(), &a.query, Some(&dir))?;
+    node.set_query(engine.clone());
+    node.life.ready();
+    start_pg(ql.pg, &engine, &a.pg);
+    start_ipc(ql.ipc, &node, &a.ipc, Some(&a.pg));
+    tracing::info!(
+        "tickdb hdb: serving {} on HTTP {}:{}, PostgreSQL {} ({}), kdb+ IPC {}",
+        a.dir.display(),
+        a.net.bind,
+        a.http_port,
+        a.pg_port,
+        a.pg.describe(),
+        a.ipc.describe()
+    );
+    let why = stop_requested(&node).await;
+    crate::drain::drain(&node, a.group.drain_timeout(), why).await;
+    node.life.stopping();
+    Ok(())
 }

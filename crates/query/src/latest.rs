@@ -26,6 +26,9 @@ pub const NAME: &str = "latest";
 #[derive(Debug)]
 pub struct LatestFunc {
     pub tables: HashMap<String, Arc<TickTable>>,
+    /// The append tables that span history (`QueryOptions::hdb`): their
+    /// latest rows may come from earlier days.
+    pub hist: HashMap<String, Arc<crate::history::HistTable>>,
 }
 
 impl TableFunctionImpl for LatestFunc {
@@ -47,6 +50,9 @@ impl TableFunctionImpl for LatestFunc {
         let Some(sym) = table.def().sym_column else {
             return plan_err!("{NAME}('{name}'): the table has no symbol column to group by");
         };
+        if let Some(h) = self.hist.get(&name) {
+            return Ok(Arc::new(crate::history_latest::HistLatest::new(h.clone())));
+        }
         let snap = table.snapshot()?;
         let batch = latest_rows(&snap, sym)?;
         Ok(Arc::new(MemTable::try_new(

@@ -12,6 +12,9 @@ pub mod context;
 pub mod deadline;
 pub mod encode;
 mod error;
+pub mod history;
+pub mod history_latest;
+pub mod history_scan;
 pub mod latest;
 pub mod limits;
 pub mod pg;
@@ -22,6 +25,7 @@ pub mod udf;
 
 pub use context::QueryCtx;
 pub use error::{Position, QueryError};
+pub use history_scan::{history_scan_metrics, HistoryScanMetrics};
 pub use pool::PoolStats;
 
 use datafusion::arrow::datatypes::SchemaRef;
@@ -81,6 +85,11 @@ pub struct QueryOptions {
     /// replay, reload) before it is refused as not ready; zero refuses at
     /// once.
     pub ready_wait: Duration,
+    /// The historical database's root (`ROOT/<table>/date=YYYY-MM-DD/
+    /// part-*.parquet`). When set, every append table spans today and
+    /// history and gets a derived `date` column (`history`); when None,
+    /// tables are today's rows only, with no date column.
+    pub hdb: Option<std::path::PathBuf>,
 }
 
 impl Default for QueryOptions {
@@ -95,6 +104,7 @@ impl Default for QueryOptions {
             concurrency: pool::QUERY_CONCURRENCY_DEFAULT,
             queue_max: pool::QUERY_QUEUE_MAX_DEFAULT,
             ready_wait: Duration::ZERO,
+            hdb: None,
         }
     }
 }
@@ -233,19 +243,37 @@ impl QueryEngine {
         let ctx = SessionContext::new_with_state(state);
         let pool = pool::QueryPool::new(opts.threads, opts.concurrency, opts.queue_max)?;
         let mut tables = std::collections::HashMap::new();
+        let mut hist = std::collections::HashMap::new();
         for t in &store.schema().tables {
-            let provider = Arc::new(provider::TickTable::new(
-                store.clone(),
-                t,
-                opts.target_partitions,
-            ));
-            tables.insert(t.name.clone(), provider.clone());
-            ctx.register_table(TableReference::bare(t.name.as_str()), provider)
+            let append = matches!(t.kind, tickdb_core::schema::TableKind::Append);
+            let registered: Arc<dyn datafusion::catalog::TableProvider> = match &opts.hdb {
+                Some(root) if append => {
+                    let h = Arc::new(history::HistTable::new(
+                        store.clone(),
+                        t,
+                        root,
+                        opts.target_partitions,
+                    )?);
+                    tables.insert(t.name.clone(), h.tick().clone());
+                    hist.insert(t.name.clone(), h.clone());
+                    h
+                }
+                _ => {
+                    let p = Arc::new(provider::TickTable::new(
+                        store.clone(),
+                        t,
+                        opts.target_partitions,
+                    ));
+                    tables.insert(t.name.clone(), p.clone());
+                    p
+                }
+            };
+            ctx.register_table(TableReference::bare(t.name.as_str()), registered)
                 .map_err(|e| {
                     QueryError::Internal(format!("registering table '{}': {e}", t.name))
                 })?;
         }
-        ctx.register_udtf(latest::NAME, Arc::new(latest::LatestFunc { tables }));
+        ctx.register_udtf(latest::NAME, Arc::new(latest::LatestFunc { tables, hist }));
         udf::register(&ctx);
         asof::register(&ctx);
         checked::install(&ctx, opts.memory_limit_bytes);
@@ -532,6 +560,27 @@ impl QueryEngine {
                 _cancel: cancel,
             }),
         }
+    }
+
+    /// Runs a query to completion (no pool turn: for benchmarks and tests)
+    /// and returns its row count with what its history scans read and
+    /// pruned (`history_scan_metrics` of the executed plan).
+    pub async fn explain_analyze_metrics(
+        &self,
+        sql: &str,
+    ) -> Result<(usize, HistoryScanMetrics), QueryError> {
+        let ctx = self.new_ctx(None);
+        let frame = self.plan(sql).await?;
+        let task = frame.task_ctx();
+        let plan = frame
+            .create_physical_plan()
+            .await
+            .map_err(|e| self.error(e, sql, &ctx))?;
+        let batches = datafusion::physical_plan::collect(plan.clone(), Arc::new(task))
+            .await
+            .map_err(|e| self.error(e, sql, &ctx))?;
+        let rows = batches.iter().map(|b| b.num_rows()).sum();
+        Ok((rows, history_scan_metrics(&plan)))
     }
 
     /// Maps an error from a query's plan to the engine's error classes.

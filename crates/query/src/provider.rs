@@ -107,6 +107,22 @@ fn column_name(e: &Expr) -> Option<&str> {
     }
 }
 
+/// The column an expression names, looking only through casts that keep
+/// every nanosecond timestamp's value (a cast to a date or a coarser unit
+/// is not a range on the column itself).
+fn time_column_name(e: &Expr) -> Option<&str> {
+    match e {
+        Expr::Column(c) => Some(c.name.as_str()),
+        Expr::Cast(c) if ns_timestamp(c.field.data_type()) => time_column_name(&c.expr),
+        Expr::TryCast(c) if ns_timestamp(c.field.data_type()) => time_column_name(&c.expr),
+        _ => None,
+    }
+}
+
+fn ns_timestamp(t: &DataType) -> bool {
+    matches!(t, DataType::Timestamp(TimeUnit::Nanosecond, _))
+}
+
 /// A constant's scalar value, looking through casts of constants.
 fn literal(e: &Expr) -> Option<ScalarValue> {
     match e {
@@ -193,9 +209,9 @@ impl TickTable {
         let time = self.time_name();
         match e {
             Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
-                let (op, v) = if column_name(left) == Some(time) {
+                let (op, v) = if time_column_name(left) == Some(time) {
                     (*op, right)
-                } else if column_name(right) == Some(time) {
+                } else if time_column_name(right) == Some(time) {
                     (op.swap()?, left)
                 } else {
                     return None;
@@ -215,7 +231,7 @@ impl TickTable {
                 negated: false,
                 low,
                 high,
-            }) if column_name(expr) == Some(time) => {
+            }) if time_column_name(expr) == Some(time) => {
                 Some((time_value(&literal(low)?)?, time_value(&literal(high)?)?))
             }
             _ => None,
@@ -345,7 +361,7 @@ pub fn scan_batches(
 
 /// Spreads batches over `n` partitions in contiguous runs, so each
 /// partition reads its part of the table in arrival order.
-fn partition(batches: Vec<RecordBatch>, n: usize) -> Vec<Vec<RecordBatch>> {
+pub fn partition(batches: Vec<RecordBatch>, n: usize) -> Vec<Vec<RecordBatch>> {
     let total: usize = batches.iter().map(|b| b.num_rows()).sum();
     let n = n.max(1);
     if batches.is_empty() {

@@ -30,4 +30,8 @@ pub enum RdbError {
     /// A checkpoint failed; the previous durable checkpoint still stands.
     #[error("checkpoint failed: {0}")]
     Checkpoint(String),
+    /// A checkpoint waits for an ended day's Parquet commit: until then the
+    /// previous durable checkpoint (which still holds that day) stands.
+    #[error("checkpoint deferred: {0}")]
+    Deferred(String),
 }

@@ -25,6 +25,12 @@ pub struct Rdb {
     tp_seq: AtomicU64,
     apply_lock: parking_lot::Mutex<()>,
     hot: OnceLock<Arc<HotRestart>>,
+    /// Woken when an end-of-day marker is applied (the node's end-of-day
+    /// writer waits on it).
+    day_ended: tokio::sync::Notify,
+    /// Whether end-of-day markers move the day out of the tables (the node
+    /// writes history). Without a historical database the day stays.
+    ends_days: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -59,6 +65,8 @@ impl Rdb {
             tp_seq: AtomicU64::new(applied),
             apply_lock: parking_lot::Mutex::new(()),
             hot: OnceLock::new(),
+            day_ended: tokio::sync::Notify::new(),
+            ends_days: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -89,12 +97,23 @@ impl Rdb {
     }
 
     /// A consistent cut of every table: the applied sequence and each
-    /// table's rows as of it. Updates wait only while one reference per
+    /// table's rows as of it. Refused (`CoreError::DayClosing`) while an
+    /// ended day's Parquet is not committed: the cut would miss its rows. Updates wait only while one reference per
     /// table is taken (`pause`; the snapshots are built after); a checkpoint
     /// and a standby's reseed both start from one.
     pub fn consistent_cut(&self) -> Result<TablesCut, tickdb_core::CoreError> {
         let (seq, pins, pause) = self.paused(|seq| {
             let held = std::time::Instant::now();
+            if let Some(d) = self.store.days().closing().first() {
+                return (
+                    seq,
+                    Err(tickdb_core::CoreError::DayClosing {
+                        date: tickdb_core::store::date_string(d.date),
+                        seq: d.seq,
+                    }),
+                    held.elapsed(),
+                );
+            }
             let pins: Result<Vec<_>, _> = self
                 .store
                 .schema()
@@ -136,15 +155,46 @@ impl Rdb {
                 got: seq,
             });
         }
+        let mut day_ended = false;
         for b in batches {
-            self.store.apply(b).map_err(|e| RdbError::Apply {
+            let done = match b.end_of_day_date() {
+                Some(date) if self.ends_days.load(Ordering::Relaxed) => {
+                    day_ended = true;
+                    self.store.end_day(date, seq).map(|_| ())
+                }
+                Some(date) => {
+                    tracing::info!(
+                        "end of day {} at seq {seq}: no historical database (--hdb), so the day stays in memory",
+                        tickdb_core::store::date_string(date)
+                    );
+                    Ok(())
+                }
+                None => self.store.apply(b),
+            };
+            done.map_err(|e| RdbError::Apply {
                 seq,
                 reason: e.to_string(),
             })?;
         }
         self.applied.store(seq, Ordering::Release);
         self.note_tp_seq(seq);
+        if day_ended {
+            self.day_ended.notify_one();
+        }
         Ok(true)
+    }
+
+    /// From now on an end-of-day marker moves the day out of the tables
+    /// into `store().days()`, for the node to write to its historical
+    /// database; set before the first update is applied.
+    pub fn end_days(&self) {
+        self.ends_days.store(true, Ordering::Relaxed);
+    }
+
+    /// Resolves once an end-of-day marker has been applied since the last
+    /// call (the day is then in `store().days().closing()`).
+    pub async fn day_ended(&self) {
+        self.day_ended.notified().await
     }
 
     /// Loads a consistent cut of the tables as of `seq` (a standby reseeded

@@ -1,6 +1,7 @@
 //! `tickdb`: one binary, a subcommand per role.
 
 mod cmd_admin;
+mod cmd_hdb;
 mod cmd_journal;
 
 use clap::{Parser, Subcommand};
@@ -52,6 +53,14 @@ enum Cmd {
     Monitor(tickdb_stack::monitor::MonitorArgs),
     /// Inspect, verify and repair a journal directory.
     Journal(cmd_journal::JournalArgs),
+    /// End the trading day now (kdb+'s `.u.end`): the node's tp journals an
+    /// end-of-day marker, and every rdb with --hdb writes the day to its
+    /// historical database as Parquet and drops it from memory. Waits for
+    /// the node's own rdb to finish, showing progress (docs/history.md).
+    Eod(cmd_hdb::EodArgs),
+    /// The historical database (Parquet partitioned by date): serve it
+    /// alone, verify it, import past data into it (docs/history.md).
+    Hdb(cmd_hdb::HdbArgs),
     /// Make a standby the primary, in a new epoch (docs/failover.md). Use
     /// when its primary is lost and there is no etcd to fail over
     /// automatically; make sure the old primary is down or cut off.
@@ -91,6 +100,16 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Journal(args) => cmd_journal::run(args),
+        Cmd::Eod(args) => cmd_hdb::eod(args),
+        Cmd::Hdb(cmd_hdb::HdbArgs {
+            cmd: cmd_hdb::HdbCmd::Verify(a),
+        }) => cmd_hdb::verify(a),
+        Cmd::Hdb(cmd_hdb::HdbArgs {
+            cmd: cmd_hdb::HdbCmd::Import(a),
+        }) => {
+            init_logging();
+            cmd_hdb::import(a)
+        }
         Cmd::Promote(args) => cmd_admin::promote(args),
         Cmd::Switchover(args) => cmd_admin::switchover(args),
         Cmd::Bench(args) => tickdb_bench::run(args),
@@ -121,7 +140,12 @@ fn main() -> ExitCode {
                     Cmd::Tp(a) => roles::tp(a).await,
                     Cmd::Rdb(a) => roles::rdb(a).await,
                     Cmd::Agg(a) => tickdb_stack::agg::run(a).await.map_err(|e| e.to_string()),
+                    Cmd::Hdb(cmd_hdb::HdbArgs {
+                        cmd: cmd_hdb::HdbCmd::Serve(a),
+                    }) => roles::hdb(*a).await,
                     Cmd::Journal(_)
+                    | Cmd::Eod(_)
+                    | Cmd::Hdb(_)
                     | Cmd::Bench(_)
                     | Cmd::Feed(_)
                     | Cmd::Monitor(_)

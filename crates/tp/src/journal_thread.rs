@@ -261,7 +261,29 @@ pub(crate) fn run(mut journal: Journal, rx: Receiver<Req>, out: Outputs) {
                     Req::Write(req) => {
                         let t = now_ns();
                         let epoch = journal.epoch();
+                        let ends_day = req.batches.iter().any(|b| b.end_of_day_date().is_some());
                         match journal.append(RECORD_KIND_UPDATE, req.rows as u32, t, &req.payload) {
+                            Ok(seq) if ends_day => {
+                                // The day's journal ends with its end-of-day
+                                // marker: the next day starts a segment, so
+                                // trimming the day removes whole files. A
+                                // failed roll poisons the journal, and the
+                                // group's commit then refuses every write.
+                                if let Err(e) = journal.roll_segment() {
+                                    tracing::error!("rolling the journal at end of day: {e}");
+                                }
+                                group.push(Appended {
+                                    update: Update {
+                                        seq,
+                                        batches: req.batches,
+                                        payload: bytes::Bytes::from(req.payload),
+                                        rows: req.rows,
+                                        time_ns: t,
+                                        epoch,
+                                    },
+                                    reply: Some(req.reply),
+                                })
+                            }
                             Ok(seq) => group.push(Appended {
                                 update: Update {
                                     seq,

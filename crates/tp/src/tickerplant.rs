@@ -389,7 +389,12 @@ impl Tickerplant {
         if let Some(refused) = self.role.refusal() {
             return Err(refused);
         }
-        let rows = batches.iter().map(|b| b.rows).sum();
+        // An end-of-day marker's one row is a date, not a tick.
+        let rows = batches
+            .iter()
+            .filter(|b| b.end_of_day_date().is_none())
+            .map(|b| b.rows)
+            .sum();
         let payload = tickdb_core::codec::encode_to_vec(&batches);
         let (reply, rx) = oneshot::channel();
         let tx = self.tx.lock().clone().ok_or(TpError::Shutdown)?;
@@ -595,6 +600,16 @@ impl Tickerplant {
             batches.push(Batch::clear_marker(n));
         }
         self.write(batches).await
+    }
+
+    /// Ends the trading day `date` (days since 1970-01-01) in every
+    /// subscriber at one sequence number, kdb+'s `.u.end`: journals and
+    /// publishes an end-of-day marker, then rolls the journal so the next
+    /// day starts a segment. Rows journaled before the marker are `date`'s,
+    /// rows after it the next day's. Returns the marker's sequence once
+    /// journaled under the fsync policy.
+    pub async fn end_of_day(&self, date: i32) -> Result<u64, TpError> {
+        self.write(vec![Batch::end_of_day(date)]).await
     }
 
     /// Removes the journal segments whose records are all at or before

@@ -9,11 +9,13 @@
 //! pointer swap, and a query sees a consistent cut while ingest goes on.
 
 mod chunk;
+mod day;
 mod row_key;
 mod snapshot;
 mod symbols;
 mod table;
 
+pub use day::{date_string, utc_today, Clock, ClosingDay, DaySnapshot, DayState, History};
 pub use row_key::{row_key_bytes, SymbolBytes};
 pub use snapshot::{ChunkSnapshot, SymIndex, TableSnapshot};
 pub use table::{arrow_schema, TablePin};
@@ -39,6 +41,7 @@ pub struct Store {
     domains: Domains,
     tables: Vec<Arc<TableStore>>,
     by_name: HashMap<String, usize>,
+    days: DayState,
 }
 
 /// Memory the store holds, per domain, in bytes (`/status` `memory`).
@@ -101,6 +104,7 @@ impl Store {
             domains,
             tables,
             by_name,
+            days: DayState::default(),
         })
     }
 
@@ -131,6 +135,36 @@ impl Store {
             .ok_or_else(|| CoreError::UnknownTable(table.to_string()))?;
         self.tables[i].clear();
         Ok(())
+    }
+
+    /// Ends the day `date` at end-of-day marker `seq`: every append table's
+    /// rows move into a closing day (kept in memory until the day's Parquet
+    /// is committed, `DayState::commit`) and the tables start empty. Keyed
+    /// tables hold state, not a day's ticks, and stay as they are. The
+    /// caller is the table's one writer (`Rdb::apply`).
+    pub fn end_day(&self, date: i32, seq: u64) -> Result<Arc<ClosingDay>> {
+        self.days.end_day(date, seq, || {
+            let mut out = Vec::new();
+            for t in &self.tables {
+                if !matches!(t.def().kind, crate::schema::TableKind::Append) {
+                    continue;
+                }
+                out.push(t.pin().raw_snapshot()?);
+                t.clear();
+            }
+            Ok(out)
+        })
+    }
+
+    /// Closing days and history (see `DayState`).
+    pub fn days(&self) -> &DayState {
+        &self.days
+    }
+
+    /// One table across days as of now: today's rows, closing days' rows
+    /// and the dates in history, all of one moment (`DayState`).
+    pub fn day_snapshot(&self, table: &str) -> Result<DaySnapshot> {
+        self.days.snapshot(table, || self.snapshot(table))
     }
 
     /// A consistent snapshot of one table as of now.

@@ -112,7 +112,10 @@ async fn pump(
 
 /// The messages some updates make for this subscriber, in order: one
 /// `upd` per table (its rows from every update, filtered by symbol), and a
-/// `.u.end` where the tables were cleared.
+/// `.u.end` where the day ended.
+/// Days from 1970-01-01 to kdb+'s epoch, 2000-01-01.
+const KDB_EPOCH_DAYS: i32 = 10_957;
+
 fn messages(updates: &[&tickdb_tp::Update], filters: &Mutex<Filters>, schema: &Schema) -> Vec<K> {
     let filters = filters.lock();
     let mut out = Vec::new();
@@ -140,20 +143,21 @@ fn messages(updates: &[&tickdb_tp::Update], filters: &Mutex<Filters>, schema: &S
         }
     };
     for u in updates {
-        let mut ended = false;
         for b in &u.batches {
-            if b.is_clear_marker() {
-                // One `.u.end` per clearing update, whatever it clears,
-                // after everything before it.
-                if !ended && !filters.is_empty() {
-                    ended = true;
+            if let Some(date) = b.end_of_day_date() {
+                // kdb+'s `.u.end[date]`, after everything before it.
+                if !filters.is_empty() {
                     flush(&mut pending, &mut out);
-                    let d = tickdb_ipc::temporal::date_from_unix_ns(u.time_ns);
                     out.push(K::List(vec![
                         K::symbol(".u.end"),
-                        K::Atom(Atom::Int(Kind::Date, d)),
+                        K::Atom(Atom::Int(Kind::Date, date - KDB_EPOCH_DAYS)),
                     ]));
                 }
+                continue;
+            }
+            if b.is_clear_marker() {
+                // An operator's clear is not an end of day: a kdb+
+                // subscriber would save its tables on `.u.end`.
                 continue;
             }
             let Some(want) = filters.get(&b.table) else {

@@ -68,9 +68,10 @@ struct Cut {
 
 fn take_cut(rdb: &Rdb) -> Result<Cut, RdbError> {
     let asked = Instant::now();
-    let cut = rdb
-        .consistent_cut()
-        .map_err(|e| RdbError::Checkpoint(format!("snapshot: {e}")))?;
+    let cut = rdb.consistent_cut().map_err(|e| match e {
+        tickdb_core::CoreError::DayClosing { .. } => RdbError::Deferred(e.to_string()),
+        e => RdbError::Checkpoint(format!("snapshot: {e}")),
+    })?;
     let (seq, snaps, pause) = (cut.seq, cut.tables, cut.pause);
     let wait = asked.elapsed().saturating_sub(pause);
     Ok(Cut {

@@ -325,6 +325,7 @@ impl HotRestart {
                 c.last = Some(rep.clone());
                 c.last_error = None;
             }
+            Err(RdbError::Deferred(_)) => {}
             Err(e) => {
                 c.failures += 1;
                 c.last_error = Some(e.to_string());
@@ -416,6 +417,7 @@ pub fn spawn_schedule(
                     after(&r);
                 }
                 Ok(None) => return,
+                Err(e @ RdbError::Deferred(_)) => tracing::info!("scheduled {e}"),
                 Err(e) => tracing::error!("scheduled checkpoint failed: {e}"),
             }
         })
