@@ -398,6 +398,30 @@ mod tests {
     }
 
     #[test]
+    fn end_of_day_markers_round_trip_byte_for_byte_as_documented() {
+        let schema = Schema::default_schema();
+        let enc = encode_to_vec(&[Batch::end_of_day(20_777)]);
+        // docs/journal.md, "End-of-day marker".
+        let mut want = vec![1u8, 1, 0, 6, 0];
+        want.extend_from_slice(b".u.end");
+        want.extend_from_slice(&[1, 0, 0, 0, 1, 0, 5, 0, 0x29, 0x51, 0, 0]);
+        assert_eq!(enc, want);
+        let got = decode(&enc, Some(&schema)).unwrap();
+        assert_eq!(got[0].end_of_day_date(), Some(20_777));
+        assert!(!got[0].is_clear_marker());
+        assert_eq!(decode(&enc, None).unwrap(), got);
+        // A marker of any other shape is refused, with or without a schema.
+        for (rows, cols) in [(2u32, 1u16), (1, 2), (0, 0)] {
+            let mut bad = vec![1u8, 1, 0, 6, 0];
+            bad.extend_from_slice(b".u.end");
+            bad.extend_from_slice(&rows.to_le_bytes());
+            bad.extend_from_slice(&cols.to_le_bytes());
+            let e = decode(&bad, None).unwrap_err().to_string();
+            assert!(e.contains("end-of-day marker"), "{e}");
+        }
+    }
+
+    #[test]
     fn clear_markers_round_trip_and_need_a_known_table() {
         let schema = Schema::default_schema();
         let enc = encode_to_vec(&[Batch::clear_marker("trade")]);
