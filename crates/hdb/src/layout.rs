@@ -246,6 +246,18 @@ pub(crate) fn fsync_dir(dir: &Path) -> Result<(), HdbError> {
 /// killed writer) under every table directory of `root`, and returns them.
 /// Only run it when no writer is staging into `root`: a live writer's
 /// staging directory looks the same as a crashed one's.
+/// Whether a staging name (`.tmp-date=YYYY-MM-DD-<pid>-<n>`) belongs to
+/// another process that is still running: rdbs sharing one HDB must not
+/// remove each other's work in progress.
+fn staging_owner_alive(name: &str) -> bool {
+    let mut fields = name.rsplit('-');
+    let _n = fields.next();
+    let Some(pid) = fields.next().and_then(|p| p.parse::<u32>().ok()) else {
+        return false;
+    };
+    pid != std::process::id() && Path::new(&format!("/proc/{pid}")).exists()
+}
+
 pub fn cleanup_staging(root: &Path) -> Result<Vec<PathBuf>, HdbError> {
     let mut removed = Vec::new();
     if !root.exists() {
@@ -257,6 +269,10 @@ pub fn cleanup_staging(root: &Path) -> Result<Vec<PathBuf>, HdbError> {
         }
         for (name, path, is_dir) in list_dir(&tdir)? {
             if !name.starts_with(STAGING_PREFIX) {
+                continue;
+            }
+            if staging_owner_alive(&name) {
+                // Another process sharing this HDB is writing it now.
                 continue;
             }
             let r = if is_dir {

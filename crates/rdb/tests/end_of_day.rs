@@ -73,7 +73,8 @@ fn a_marker_moves_the_day_out_and_checkpoints_wait_for_its_commit() {
     let rdb = Rdb::restored(store, 0);
     rdb.attach_hot_restart(Arc::new(h));
     rdb.end_days();
-    rdb.apply(1, &[trade(&schema, 1), last(&schema, 1)]).unwrap();
+    rdb.apply(1, &[trade(&schema, 1), last(&schema, 1)])
+        .unwrap();
     rdb.apply(2, &[trade(&schema, 2)]).unwrap();
     assert!(rdb.checkpoint().unwrap().is_some());
     rdb.apply(3, &[Batch::end_of_day(20_412)]).unwrap();
@@ -145,7 +146,10 @@ fn a_replayed_day_already_in_history_is_not_read_twice() {
     rdb.apply(1, &[trade(&schema, 1)]).unwrap();
     rdb.apply(2, &[Batch::end_of_day(20_412)]).unwrap();
     let snap = rdb.store().day_snapshot("trade").unwrap();
-    assert!(snap.closing.is_empty(), "the closing day is in history already");
+    assert!(
+        snap.closing.is_empty(),
+        "the closing day is in history already"
+    );
     assert_eq!(snap.today.rows, 0);
     assert!(rdb.store().days().is_committed("trade", 2));
 }
