@@ -480,7 +480,7 @@ def test_every_column_type_round_trips_ipc_to_sql_and_back(cluster, tmp_path):
     s.close()
 
 
-def test_u_end_reaches_subscribers_when_the_tables_are_cleared(cluster):
+def test_u_end_reaches_subscribers_at_end_of_day(cluster):
     node = ipc_node(cluster)
     s, _ = raw_login(node)
     from aiokdb import kk, ks
@@ -494,12 +494,15 @@ def test_u_end_reaches_subscribers_when_the_tables_are_cleared(cluster):
     upd = d9(read_frame(s))
     assert upd.kK()[0].aS() == "upd" and upd.kK()[1].aS() == "trade"
     assert upd.kK()[2].t == 98
+    # Clearing the tables is not an end of day: no .u.end for it.
     r = requests.post(node.url + "/clear", params={"tables": "*"}, timeout=10)
     assert r.status_code == 200, r.text
-    end = d9(read_frame(s))
+    r = requests.post(node.url + "/admin/eod", params={"date": "2026-11-20"}, timeout=10)
+    assert r.status_code == 200, r.text
+    end = d9(read_frame(s))  # the first message after the update
     assert end.kK()[0].aS() == ".u.end", end
-    today = (time.time_ns() // 86_400_000_000_000) - 10_957
-    assert end.kK()[1].aI() in (today, today - 1)
+    # The day that ended, as a kdb+ date: days since 2000.01.01.
+    assert end.kK()[1].aI() == 9820, end
 
     def ipc_subscribers():
         st = requests.get(node.url + "/status", timeout=10).json()

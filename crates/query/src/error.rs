@@ -186,8 +186,37 @@ fn levenshtein(a: &str, b: &str) -> usize {
     prev[b.len()]
 }
 
+/// A history (Parquet) file that could not be read, named as the operator
+/// knows it. DataFusion names files by object-store location, which drops
+/// the leading `/` of an absolute path, and wraps the cause in repeated
+/// "Parquet error:" prefixes.
+fn history_file_error(msg: &str) -> Option<String> {
+    const MARK: &str = "Failed to fetch metadata for file ";
+    let at = msg.find(MARK)? + MARK.len();
+    let rest = &msg[at..];
+    let (path, cause) = rest.split_once(": ").unwrap_or((rest, ""));
+    let path = if path.starts_with('/') {
+        path.to_string()
+    } else {
+        format!("/{path}")
+    };
+    let mut cause = cause.trim();
+    while let Some(c) = cause
+        .strip_prefix("Parquet error: ")
+        .or_else(|| cause.strip_prefix("Object Store error: "))
+    {
+        cause = c.trim_start();
+    }
+    Some(format!(
+        "cannot read history file {path}: {cause} (tickdb hdb verify checks every file)"
+    ))
+}
+
 /// Strips DataFusion's "Error during planning: " style prefixes.
 fn clean(msg: &str) -> String {
+    if let Some(m) = history_file_error(msg) {
+        return m;
+    }
     let mut m = msg.trim();
     for p in [
         "Error during planning: ",
@@ -342,6 +371,12 @@ impl From<DataFusionError> for QueryError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_history_file_is_named_by_its_absolute_path() {
+        let m = clean("Parquet error: Parquet error: Failed to fetch metadata for file tmp/h/trade/date=2026-11-18/part-00000.parquet: Parquet error: Corrupt footer");
+        assert_eq!(m, "cannot read history file /tmp/h/trade/date=2026-11-18/part-00000.parquet: Corrupt footer (tickdb hdb verify checks every file)");
+    }
 
     #[test]
     fn positions_parse() {
