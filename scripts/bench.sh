@@ -20,7 +20,9 @@
 # (`tickdb bench report`: QuestDB from Maven Central, which needs java and, on
 # first use, network access to download the jar; Redis from Debian's
 # redis-server, installed here when missing; dd), then SQL
-# (scripts/bench_query.py: QuestDB and DuckDB).
+# (scripts/bench_query.py: QuestDB and DuckDB), then end of day and history
+# (scripts/bench_history.py: the end-of-day write of a 10M-trade + 40M-quote
+# day, three times, and queries over 30 days of Parquet against DuckDB).
 #
 #   scripts/bench.sh                full sizes (about 35 minutes on 2 cores: QuestDB's
 #                                   5M x 5M ASOF JOIN, 7 stack scenarios of 20 s, 2M x 1 KB
@@ -41,6 +43,8 @@
 # runs everything and then appends the SQL section):
 #
 #   cargo build --release -p tickdb
+#   .venv/bin/python scripts/bench_history.py [--quick] --out docs/benchmarks.md
+#                                   (end of day and history; --quick under 2 minutes)
 #   target/release/tickdb bench report --only sharding [--quick]
 #                                   (about 3 minutes; --quick about 1;
 #                                   sections: sharding, ipc, failover,
@@ -76,3 +80,4 @@ fi
 cargo build --release -p tickdb
 target/release/tickdb bench report "$@"
 .venv/bin/python scripts/bench_query.py "$@" --append docs/benchmarks.md
+.venv/bin/python scripts/bench_history.py "$@" --out docs/benchmarks.md
