@@ -17,6 +17,7 @@ pub mod history_latest;
 pub mod history_scan;
 pub mod latest;
 pub mod limits;
+pub mod minmax;
 pub mod pg;
 pub mod pgfns;
 pub mod pool;

@@ -5,6 +5,8 @@
 //! - `first(x)` / `last(x)`: aliases of `first_value` / `last_value`; the
 //!   statement rewrite in `asof.rs` adds `ORDER BY <time column>` when the
 //!   query reads one store table, so they follow time (= arrival) order.
+//! - `max(x)` / `min(x)`: DataFusion's, but NaN is the greatest float
+//!   in every path (`minmax`).
 //! - `time_bucket(width, ts)` / `xbar(width, x)`: the start of the bucket
 //!   of `width` holding `x`, buckets aligned on the Unix epoch (kdb+
 //!   `xbar`). `width` is an interval or integer nanoseconds for timestamps,
@@ -27,6 +29,9 @@ use std::sync::Arc;
 /// Registers the tick functions in a session.
 pub fn register(ctx: &SessionContext) {
     ctx.register_udaf(vwap_udaf());
+    // max/min with NaN the greatest float (DataFusion 55's grouped float
+    // max/min get NaN wrong; see `minmax`).
+    crate::minmax::register(ctx);
     let state = ctx.state();
     let has = |name: &str| state.aggregate_functions().contains_key(name);
     if !has("first") {
