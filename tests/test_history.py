@@ -1237,3 +1237,58 @@ def test_every_answer_is_the_same_before_and_after_end_of_day(cluster, rng, tmp_
     res = verify(hdb)
     assert res.returncode == 0 and not problems(res), res.stdout + res.stderr
     assert not differ, "answers changed at end of day:\n" + "\n".join(differ)
+
+
+# --- 13. a full disk: the day stays in memory until it can be written --------
+
+def test_a_full_disk_keeps_the_day_in_memory_and_retries_until_it_is_written(cluster, rng, tmp_path):
+    """The HDB on a small tmpfs, filled up: end of day fails with the disk's
+    error in /status, the day stays in memory and answers queries, nothing
+    half-written is visible; once space is freed the retry writes it, once."""
+    import os
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a small tmpfs as the full disk")
+    hdb = tmp_path / "hdb"
+    hdb.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(hdb)], check=True)
+    try:
+        node = cluster.up(extra=["--hdb", str(hdb)])
+        feed = Feed(rng)
+        post(node, feed.batch(D1, 20_000, quote_share=0.0))
+        wait_applied(node)
+        # Fill the disk, leaving too little for the day's Parquet.
+        filler = hdb / "filler"
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+        try:
+            while True:
+                os.write(fd, b"\0" * 4096)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        ans = post_eod(node, D1)
+        deadline = time.monotonic() + 30
+        while True:
+            e = eod_status(node)
+            if e["last_error"]:
+                break
+            assert time.monotonic() < deadline, f"no error reported: {e}\n{node.log_tail()}"
+            time.sleep(0.05)
+        assert "No space left" in e["last_error"] or "ENOSPC" in e["last_error"] or "space" in e["last_error"], e
+        assert [c["seq"] for c in e["closing"]] == [ans["seq"]], e
+        # Nothing half-written is visible, and every row still answers.
+        assert not parts(hdb, "trade", D1)
+        n = len(feed.trades)
+        assert sql(node, "SELECT count(*), count(DISTINCT size) FROM trade") == [[n, n]]
+        # Space again: the retry (every 5 s) writes the day, once.
+        filler.unlink()
+        e = wait_eod(node, ans["seq"], timeout=30)
+        assert e["last_error"] is None and e["last"]["rows"] == n, e
+        assert parts(hdb, "trade", D1) == ["part-00000.parquet"]
+        assert sql(node, f"SELECT count(*), count(DISTINCT size) FROM trade WHERE date = '{D1}'") == [[n, n]]
+        assert sql(node, "SELECT count(*) FROM trade") == [[n]]
+        res = verify(hdb)
+        assert res.returncode == 0, res.stdout + res.stderr
+        node.terminate()
+    finally:
+        subprocess.run(["umount", "-l", str(hdb)], check=False)
