@@ -27,7 +27,7 @@
 //! before), `<=` (earliest at or after) or `<` (strictly after).
 
 use datafusion::arrow::array::{
-    new_null_array, Array, ArrayRef, AsArray, Int64Array, RecordBatch, StringArray,
+    new_null_array, Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, StringArray,
 };
 use datafusion::arrow::compute::{cast, interleave};
 use datafusion::arrow::datatypes::{DataType, Int64Type, SchemaRef, TimeUnit};
@@ -1010,6 +1010,42 @@ impl AsofJoinExec {
         }
     }
 
+    /// For each right column: the left column it equals on every matched
+    /// row, when it is a right key column compared for equality with a
+    /// left key column of the same type (`t.sym = q.sym`). Such a column is
+    /// the left one with nulls where nothing matched, which is far cheaper
+    /// than gathering it from the right side's batches (a dictionary
+    /// column's gather merges every batch's dictionary).
+    fn right_keys_from_left(&self) -> Result<Vec<Option<usize>>> {
+        use datafusion::physical_expr::expressions::Column;
+        let (ls, rs) = (self.left.schema(), self.right.schema());
+        let mut out = vec![None; rs.fields().len()];
+        for (l, r) in self.left_keys.iter().zip(&self.right_keys) {
+            let (Some(l), Some(r)) = (l.downcast_ref::<Column>(), r.downcast_ref::<Column>())
+            else {
+                continue;
+            };
+            let (lt, rt) = (
+                ls.field(l.index()).data_type(),
+                rs.field(r.index()).data_type(),
+            );
+            // Equal keys are equal values only where equality is identity:
+            // strings and integers (not floats: -0.0 = 0.0).
+            let exact = |t: &DataType| match t {
+                DataType::Dictionary(_, v) => matches!(
+                    v.as_ref(),
+                    DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+                ),
+                DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => true,
+                t => t.is_integer(),
+            };
+            if lt == rt && exact(lt) {
+                out[r.index()] = Some(l.index());
+            }
+        }
+        Ok(out)
+    }
+
     fn right_side(&self, ctx: Arc<TaskContext>) -> SharedRight {
         let mut guard = self.right_side.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(f) = &*guard {
@@ -1125,6 +1161,8 @@ impl ExecutionPlan for AsofJoinExec {
             tolerance: self.tolerance,
             schema: self.schema.clone(),
             cache: DictCache::default(),
+            from_left: self.right_keys_from_left()?,
+            hints: Vec::new(),
         };
         struct St {
             right: Option<SharedRight>,
@@ -1358,14 +1396,58 @@ struct Run {
     locs: Vec<(u32, u32)>,
 }
 
+/// `times.partition_point(pred)` for a `pred` true then false, starting
+/// from `hint`, the answer for this key's previous probe. Left rows of one
+/// key usually come in time order, so the answer moves forward a little
+/// each time: galloping from the hint costs O(log distance) and reads
+/// memory next to the last probe's, where a binary search over the whole
+/// run costs O(log n) cache misses per row. A probe that went back in time
+/// searches the part before the hint.
+fn partition_point_from(times: &[i64], hint: usize, pred: impl Fn(i64) -> bool) -> usize {
+    let hint = hint.min(times.len());
+    if hint > 0 && !pred(times[hint - 1]) {
+        return times[..hint].partition_point(|&x| pred(x));
+    }
+    // pred holds for everything before `hint`: gallop forward.
+    let mut lo = hint;
+    let mut step = 1;
+    while lo + step <= times.len() && pred(times[lo + step - 1]) {
+        lo += step;
+        step *= 2;
+    }
+    let hi = (lo + step).min(times.len());
+    lo + times[lo..hi].partition_point(|&x| pred(x))
+}
+
 impl Run {
-    fn find(&self, t: i64, op: AsofOp, tolerance: Option<i64>) -> Option<(u32, u32)> {
+    /// The matching right row for time `t`, and the partition point to
+    /// start this key's next probe from.
+    fn find(
+        &self,
+        t: i64,
+        op: AsofOp,
+        tolerance: Option<i64>,
+        hint: usize,
+    ) -> (Option<(u32, u32)>, usize) {
         let len = self.times.len();
+        let p = match op {
+            AsofOp::Ge | AsofOp::Lt => partition_point_from(&self.times, hint, |x| x <= t),
+            AsofOp::Gt | AsofOp::Le => partition_point_from(&self.times, hint, |x| x < t),
+        };
+        (self.found(t, op, tolerance, p, len), p)
+    }
+
+    fn found(
+        &self,
+        t: i64,
+        op: AsofOp,
+        tolerance: Option<i64>,
+        p: usize,
+        len: usize,
+    ) -> Option<(u32, u32)> {
         let i = match op {
-            AsofOp::Ge => self.times.partition_point(|&x| x <= t).checked_sub(1)?,
-            AsofOp::Gt => self.times.partition_point(|&x| x < t).checked_sub(1)?,
-            AsofOp::Le => Some(self.times.partition_point(|&x| x < t)).filter(|&p| p < len)?,
-            AsofOp::Lt => Some(self.times.partition_point(|&x| x <= t)).filter(|&p| p < len)?,
+            AsofOp::Ge | AsofOp::Gt => p.checked_sub(1)?,
+            AsofOp::Le | AsofOp::Lt => Some(p).filter(|&p| p < len)?,
         };
         if let Some(tol) = tolerance {
             if (i128::from(t) - i128::from(self.times[i])).abs() > i128::from(tol) {
@@ -1476,6 +1558,10 @@ struct Probe {
     tolerance: Option<i64>,
     schema: SchemaRef,
     cache: DictCache,
+    /// Right columns taken from the left side (`right_keys_from_left`).
+    from_left: Vec<Option<usize>>,
+    /// Per key, where its previous probe landed in its run.
+    hints: Vec<usize>,
 }
 
 impl Probe {
@@ -1494,20 +1580,42 @@ impl Probe {
         let times = time_values(&self.time.evaluate(b)?.into_array(n)?)?;
         let null = (side.null_batch as usize, 0usize);
         let mut take = Vec::with_capacity(n);
+        if self.hints.len() < side.runs.len() {
+            self.hints.resize(side.runs.len(), 0);
+        }
         for (r, id) in ids.iter().enumerate() {
             let loc = match (id, times.is_valid(r)) {
-                (Some(g), true) => side
-                    .runs
-                    .get(*g as usize)
-                    .and_then(|run| run.find(times.value(r), self.op, self.tolerance)),
+                (Some(g), true) => side.runs.get(*g as usize).and_then(|run| {
+                    let (loc, p) = run.find(
+                        times.value(r),
+                        self.op,
+                        self.tolerance,
+                        self.hints[*g as usize],
+                    );
+                    self.hints[*g as usize] = p;
+                    loc
+                }),
                 _ => None,
             };
             take.push(loc.map(|(b, r)| (b as usize, r as usize)).unwrap_or(null));
         }
+        let unmatched: Option<BooleanArray> =
+            self.from_left.iter().any(Option::is_some).then(|| {
+                take.iter()
+                    .map(|&(batch, _)| Some(batch == null.0))
+                    .collect()
+            });
         let mut cols: Vec<ArrayRef> = b.columns().to_vec();
-        for c in &side.columns {
-            let refs: Vec<&dyn Array> = c.iter().map(|a| a.as_ref()).collect();
-            cols.push(interleave(&refs, &take)?);
+        for (i, c) in side.columns.iter().enumerate() {
+            match (self.from_left.get(i).copied().flatten(), &unmatched) {
+                (Some(l), Some(unmatched)) => {
+                    cols.push(datafusion::arrow::compute::nullif(b.column(l), unmatched)?)
+                }
+                _ => {
+                    let refs: Vec<&dyn Array> = c.iter().map(|a| a.as_ref()).collect();
+                    cols.push(interleave(&refs, &take)?);
+                }
+            }
         }
         Ok(RecordBatch::try_new(self.schema.clone(), cols)?)
     }
@@ -1518,4 +1626,40 @@ pub fn register(ctx: &datafusion::prelude::SessionContext) {
     ctx.register_udf(marker_udf());
     ctx.add_analyzer_rule(Arc::new(AsofRule));
     ctx.add_optimizer_rule(Arc::new(AsofKeyFilterRule));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::partition_point_from;
+    use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn galloping_from_any_hint_finds_the_partition_point() {
+        let seed: u64 = std::env::var("TICKDB_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as u64)
+                    .unwrap_or(1)
+            });
+        eprintln!("galloping seed {seed} (rerun with TICKDB_SEED={seed})");
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        for _ in 0..2000 {
+            let n = rng.random_range(0..200);
+            let mut times: Vec<i64> = (0..n).map(|_| rng.random_range(0..50)).collect();
+            times.sort();
+            let t = rng.random_range(-5..60);
+            let hint = rng.random_range(0..n + 3);
+            for strict in [false, true] {
+                let pred = |x: i64| if strict { x < t } else { x <= t };
+                assert_eq!(
+                    partition_point_from(&times, hint, pred),
+                    times.partition_point(|&x| pred(x)),
+                    "times {times:?} t {t} hint {hint} strict {strict}"
+                );
+            }
+        }
+    }
 }
