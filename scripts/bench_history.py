@@ -44,7 +44,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -61,6 +60,9 @@ import pyarrow.compute as pc
 import pyarrow.ipc
 import requests
 from questdb.ingress import Sender, TimestampNanos
+
+import benchutil
+from benchutil import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTION = "## End of day and history"
@@ -81,12 +83,6 @@ SPAN_TARGET = 2.0
 
 def log(msg: str) -> None:
     print(f"[bench history] {msg}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def loadavg() -> float:
@@ -242,18 +238,11 @@ def gen_day(date: dt.date, trades: int, quotes: int, syms: int, seed: int) -> tu
 
 
 def load_ilp(node: Tickdb, df: pd.DataFrame, table: str, quiet: bool = False) -> float:
-    """Sends df through the questdb client in 100k-row HTTP requests; seconds."""
-    t = time.monotonic()
-    step = 100_000
-    with Sender.from_conf(f"http::addr=127.0.0.1:{node.http};auto_flush=off;request_timeout=120000;") as s:
-        for i in range(0, len(df), step):
-            s.dataframe(df.iloc[i:i + step], table_name=table, symbols=["sym"], at="time")
-            s.flush()
-            done = min(i + step, len(df))
-            if not quiet and (done == len(df) or (done // step) % 50 == 0):
-                el = time.monotonic() - t
-                log(f"  {table}: {done:,}/{len(df):,} rows, {el:.1f} s, {done / max(el, 1e-9) / 1e6:.2f} M rows/s")
-    return time.monotonic() - t
+    """Sends df through the questdb client; seconds."""
+    def progress(done: int, total: int, el: float) -> None:
+        if not quiet and (done == total or (done // benchutil.LOAD_STEP_ROWS) % 50 == 0):
+            log(f"  {table}: {done:,}/{total:,} rows, {el:.1f} s, {done / max(el, 1e-9) / 1e6:.2f} M rows/s")
+    return benchutil.load_ilp(node.http, df, table, progress)
 
 
 def wait_rows(node: Tickdb, want: dict[str, int], timeout: float = 600) -> None:
@@ -697,7 +686,6 @@ def markdown(a, mach: dict, eod: list[dict], hist: dict, checks: Checks, took: f
 
     # 1. end-of-day write
     r0 = eod[0]
-    rows_t, rows_q = r0["rows_before"]["trade"], r0["rows_before"]["quote"]
     md.append("### End-of-day write")
     md.append("")
     small = " (the `--quick` size, not the brief's 10M + 40M)" if a.quick else ""

@@ -29,7 +29,6 @@ import argparse
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -41,7 +40,9 @@ import duckdb
 import numpy as np
 import pandas as pd
 import requests
-from questdb.ingress import Sender
+
+import benchutil
+from benchutil import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTDB_VERSION = "9.3.4"
@@ -52,12 +53,6 @@ READY_S = 120
 
 def log(msg: str) -> None:
     print(f"[bench query] {msg}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:
@@ -114,17 +109,11 @@ def gen(rows: int, syms: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def load_ilp(http_port: int, name: str, df: pd.DataFrame, table: str) -> float:
-    """Sends df through the questdb client in 100k-row requests; seconds."""
-    t = time.monotonic()
-    step = 100_000
-    with Sender.from_conf(f"http::addr=127.0.0.1:{http_port};auto_flush=off;request_timeout=120000;") as s:
-        for i in range(0, len(df), step):
-            s.dataframe(df.iloc[i:i + step], table_name=table, symbols=["sym"], at="time")
-            s.flush()
-            done = min(i + step, len(df))
-            if done == len(df) or (done // step) % 10 == 0:
-                log(f"  {name}: {table} {done:,}/{len(df):,} rows")
-    return time.monotonic() - t
+    """Sends df through the questdb client; seconds."""
+    def progress(done: int, total: int, _el: float) -> None:
+        if done == total or (done // benchutil.LOAD_STEP_ROWS) % 10 == 0:
+            log(f"  {name}: {table} {done:,}/{total:,} rows")
+    return benchutil.load_ilp(http_port, df, table, progress)
 
 
 def http_exec(port: int, sql: str) -> list:
@@ -183,7 +172,9 @@ QUERIES = {
                   "sum(size) v from trade group by b, sym)",
         "questdb": "select count(), sum(v) from (select timestamp, sym, first(price) o, max(price) h, "
                    "min(price) l, last(price) c, sum(size) v from trade sample by 1s)",
-        "duckdb": "select count(*), sum(v) from (select date_trunc('second', time) b, sym, "
+        # Whole seconds of the nanosecond times: DuckDB's date_trunc goes
+        # through microseconds and rounds x.999999978 s up to the next second.
+        "duckdb": "select count(*), sum(v) from (select epoch_ns(time) // 1000000000 b, sym, "
                   "first(price order by time) o, max(price) h, min(price) l, last(price order by time) c, "
                   "sum(size) v from trade group by b, sym)",
     },

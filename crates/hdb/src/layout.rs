@@ -229,6 +229,26 @@ pub fn has_source(
     Ok(find_source(&date_dir(root, table, date), source)?.is_some())
 }
 
+/// Every committed part of `table`, per date, in part-number order: what a
+/// reader of the HDB reads (date directories only; staging and foreign
+/// files left out).
+pub fn committed_parts(
+    root: &Path,
+    table: &str,
+) -> Result<std::collections::BTreeMap<NaiveDate, Vec<PathBuf>>, HdbError> {
+    let mut out = std::collections::BTreeMap::new();
+    for date in committed_dates(root, table)? {
+        let files: Vec<PathBuf> = parts(&date_dir(root, table, date))?
+            .into_iter()
+            .map(|(_, p)| p)
+            .collect();
+        if !files.is_empty() {
+            out.insert(date, files);
+        }
+    }
+    Ok(out)
+}
+
 /// A part file's `tickdb.source` (None for a file written by another tool).
 pub fn part_source(path: &Path) -> Result<Option<String>, HdbError> {
     let md = read_footer(path)?;

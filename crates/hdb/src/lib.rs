@@ -28,8 +28,8 @@ pub mod write;
 pub use error::HdbError;
 pub use import::{import, ImportOptions, ImportReport, ImportedFile};
 pub use layout::{
-    cleanup_staging, committed_dates, date_dir, date_from_days, days_from_date, has_source,
-    parse_date_dir, part_source,
+    cleanup_staging, committed_dates, committed_parts, date_dir, date_from_days, days_from_date,
+    has_source, parse_date_dir, part_source,
 };
 pub use verify::{verify, JournalCheck, Problem, VerifyReport};
 pub use write::{

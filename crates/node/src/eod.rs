@@ -122,13 +122,9 @@ impl Eod {
                 p.display()
             );
         }
-        let eod = Self::open_read_only(rdb, root, clock)?;
+        let eod = Self::new(rdb, root, tp, keep_journal, clock)?;
         eod.rdb.end_days();
-        Ok(Arc::new(Eod {
-            tp,
-            keep_journal,
-            ..Arc::into_inner(eod).ok_or("the end-of-day writer is shared already")?
-        }))
+        Ok(eod)
     }
 
     /// An HDB that is only read (`tickdb hdb serve`): its committed parts
@@ -138,25 +134,33 @@ impl Eod {
         root: PathBuf,
         clock: EodClock,
     ) -> Result<Arc<Eod>, String> {
-        let store = rdb.store();
-        for t in &store.schema().tables {
-            if matches!(t.kind, TableKind::Append) {
-                let (h, seqs) = read_history(&root, &t.name)?;
-                store.days().set_history(&t.name, h, seqs);
-            }
-        }
-        let c = clock.clone();
-        store.days().set_clock(Box::new(move || c.today()));
-        Ok(Arc::new(Eod {
+        Self::new(rdb, root, None, true, clock)
+    }
+
+    fn new(
+        rdb: Arc<Rdb>,
+        root: PathBuf,
+        tp: Option<Arc<Tickerplant>>,
+        keep_journal: bool,
+        clock: EodClock,
+    ) -> Result<Arc<Eod>, String> {
+        let eod = Eod {
             rdb,
             root,
-            tp: None,
-            keep_journal: true,
+            tp,
+            keep_journal,
             clock,
             fsync: true,
             state: Mutex::new((0, None, None)),
             history_lock: Mutex::new(()),
-        }))
+        };
+        eod.reload()?;
+        let c = eod.clock.clone();
+        eod.rdb
+            .store()
+            .days()
+            .set_clock(Box::new(move || c.today()));
+        Ok(Arc::new(eod))
     }
 
     /// Writes every closing day, oldest first, as they come; retries a
@@ -399,34 +403,25 @@ pub fn read_history(
 ) -> Result<(History, std::collections::BTreeSet<u64>), String> {
     let mut out = History::new();
     let mut seqs = std::collections::BTreeSet::new();
-    for date in tickdb_hdb::committed_dates(root, table).map_err(|e| e.to_string())? {
-        let dir = tickdb_hdb::date_dir(root, table, date);
-        let mut files: Vec<String> = std::fs::read_dir(&dir)
-            .map_err(|e| format!("hdb {}: {e}", dir.display()))?
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with("part-") && n.ends_with(".parquet"))
-            .collect();
-        files.sort();
+    for (date, files) in tickdb_hdb::committed_parts(root, table).map_err(|e| e.to_string())? {
+        let mut names = Vec::with_capacity(files.len());
         for f in &files {
             // A damaged part stays listed: a query that reads it fails
             // naming it, and every other date still answers.
-            let source = match tickdb_hdb::part_source(&dir.join(f)) {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::error!("hdb: {e} (tickdb hdb verify checks every file)");
-                    None
-                }
-            };
-            if let Some(seq) = source.as_deref().and_then(|s| s.strip_prefix("eod:")) {
-                if let Ok(seq) = seq.parse::<u64>() {
-                    seqs.insert(seq);
-                }
+            let source = tickdb_hdb::part_source(f).unwrap_or_else(|e| {
+                tracing::error!("hdb: {e} (tickdb hdb verify checks every file)");
+                None
+            });
+            if let Some(seq) = source
+                .as_deref()
+                .and_then(|s| s.strip_prefix("eod:"))
+                .and_then(|s| s.parse::<u64>().ok())
+            {
+                seqs.insert(seq);
             }
+            names.extend(f.file_name().map(|n| n.to_string_lossy().into_owned()));
         }
-        if !files.is_empty() {
-            out.insert(tickdb_hdb::days_from_date(date), files);
-        }
+        out.insert(tickdb_hdb::days_from_date(date), names);
     }
     Ok((out, seqs))
 }

@@ -60,10 +60,7 @@ pub const DATE_COLUMN: &str = "date";
 
 /// The directory of one date in a table's HDB directory: `date=YYYY-MM-DD`.
 pub fn date_dir(date: i32) -> String {
-    match datafusion::arrow::temporal_conversions::date32_to_datetime(date) {
-        Some(d) => format!("date={}", d.format("%Y-%m-%d")),
-        None => format!("date={date}"),
-    }
+    format!("date={}", tickdb_core::store::date_string(date))
 }
 
 /// An append table across today, closing days and the HDB.

@@ -515,32 +515,3 @@ async fn names_unchanged() {
         .collect();
     assert_eq!(names, ["sym", "max(trade.price)", "min(trade.price)"]);
 }
-
-/// Timing only (`--ignored --nocapture`): a grouped float max/min over
-/// 5M rows.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore]
-async fn grouped_max_timing() {
-    let n = 5_000_000;
-    let rows: Vec<Trade> = (0..n)
-        .map(|i| Trade {
-            time: T0 + i as i64,
-            sym: SYMS[i % SYMS.len()],
-            price: Some(100.0 + (i % 997) as f64 * 0.25),
-            size: 1,
-        })
-        .collect();
-    let e = engine(store_with(&rows));
-    for sql in [
-        "SELECT sym, max(price) FROM trade GROUP BY sym",
-        "SELECT sym, max(price), min(price) FROM trade GROUP BY sym",
-        "SELECT max(price), min(price) FROM trade",
-    ] {
-        let _ = batches(&e, sql).await;
-        let t = std::time::Instant::now();
-        for _ in 0..3 {
-            let _ = batches(&e, sql).await;
-        }
-        eprintln!("TIMING {sql}: {:?} per query", t.elapsed() / 3);
-    }
-}

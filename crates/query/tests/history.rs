@@ -11,7 +11,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
-use tickdb_core::batch::{BatchBuilder, Value};
 use tickdb_core::domain::Domains;
 use tickdb_core::store::Store;
 use tickdb_core::Schema as TickSchema;
@@ -21,15 +20,10 @@ use tickdb_query::{QueryEngine, QueryOptions};
 const NS_PER_DAY: i64 = 86_400_000_000_000;
 /// 2024-01-02.
 const D0: i32 = 19_724;
-const SYMS: &[&str] = &["AAPL", "MSFT", "IBM", "GOOG", "TSLA"];
+use common::SYMS;
 
-#[derive(Debug, Clone)]
-struct Trade {
-    time: i64,
-    sym: &'static str,
-    price: Option<f64>,
-    size: i64,
-}
+mod common;
+use common::{apply_trades as apply, Trade};
 
 fn day_start(d: i32) -> i64 {
     d as i64 * NS_PER_DAY
@@ -54,24 +48,6 @@ fn gen_day(d: i32, n: usize) -> Vec<Trade> {
 fn new_store() -> Arc<Store> {
     let schema = Arc::new(TickSchema::default_schema());
     Arc::new(Store::new(schema, Domains::new(None).unwrap()).unwrap())
-}
-
-fn apply(store: &Store, trades: &[Trade]) {
-    let schema = store.schema().clone();
-    let def = schema.table("trade").unwrap();
-    for part in trades.chunks(997) {
-        let mut b = BatchBuilder::new(def);
-        for t in part {
-            b.set(0, Value::Timestamp(t.time));
-            b.set(1, Value::Symbol(t.sym));
-            if let Some(p) = t.price {
-                b.set(2, Value::F64(p));
-            }
-            b.set(3, Value::I64(t.size));
-            b.end_row();
-        }
-        store.apply(&b.finish()).unwrap();
-    }
 }
 
 fn file_schema() -> Arc<Schema> {

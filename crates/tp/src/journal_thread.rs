@@ -263,19 +263,24 @@ pub(crate) fn run(mut journal: Journal, rx: Receiver<Req>, out: Outputs) {
                         let epoch = journal.epoch();
                         let ends_day = req.batches.iter().any(|b| b.end_of_day_date().is_some());
                         match journal.append(RECORD_KIND_UPDATE, req.rows as u32, t, &req.payload) {
-                            Ok(seq) if ends_day => {
-                                // The day's journal ends with its end-of-day
-                                // marker: the next day starts a segment, so
-                                // trimming the day removes whole files. A
-                                // failed roll poisons the journal, and the
-                                // group's commit then refuses every write.
-                                if let Err(e) = journal.roll_segment() {
-                                    tracing::error!("rolling the journal at end of day: {e}");
+                            Ok(seq) => {
+                                if ends_day {
+                                    // The day's journal ends with its
+                                    // end-of-day marker: the next day starts
+                                    // a segment, so trimming the day removes
+                                    // whole files. A failed roll poisons the
+                                    // journal, and the group's commit then
+                                    // refuses every write.
+                                    if let Err(e) = journal.roll_segment() {
+                                        tracing::error!("rolling the journal at end of day: {e}");
+                                    }
                                 }
                                 group.push(Appended {
                                     update: Update {
                                         seq,
                                         batches: req.batches,
+                                        // Shared from here on: every network
+                                        // subscriber sends these very bytes.
                                         payload: bytes::Bytes::from(req.payload),
                                         rows: req.rows,
                                         time_ns: t,
@@ -284,19 +289,6 @@ pub(crate) fn run(mut journal: Journal, rx: Receiver<Req>, out: Outputs) {
                                     reply: Some(req.reply),
                                 })
                             }
-                            Ok(seq) => group.push(Appended {
-                                update: Update {
-                                    seq,
-                                    batches: req.batches,
-                                    // Shared from here on: every network
-                                    // subscriber sends these very bytes.
-                                    payload: bytes::Bytes::from(req.payload),
-                                    rows: req.rows,
-                                    time_ns: t,
-                                    epoch,
-                                },
-                                reply: Some(req.reply),
-                            }),
                             Err(e) => {
                                 let _ = req.reply.send(Err(TpError::Journal(e.to_string())));
                             }

@@ -42,7 +42,14 @@ pub fn gen_trades(n: usize) -> Vec<Trade> {
 
 pub fn store_with(trades: &[Trade]) -> Arc<Store> {
     let schema = Arc::new(Schema::default_schema());
-    let store = Arc::new(Store::new(schema.clone(), Domains::new(None).unwrap()).unwrap());
+    let store = Arc::new(Store::new(schema, Domains::new(None).unwrap()).unwrap());
+    apply_trades(&store, trades);
+    store
+}
+
+/// Appends `trades` to the store's trade table, in batches.
+pub fn apply_trades(store: &Store, trades: &[Trade]) {
+    let schema = store.schema().clone();
     let def = schema.table("trade").unwrap();
     for part in trades.chunks(9_973) {
         let mut b = BatchBuilder::new(def);
@@ -57,7 +64,6 @@ pub fn store_with(trades: &[Trade]) -> Arc<Store> {
         }
         store.apply(&b.finish()).unwrap();
     }
-    store
 }
 
 pub fn engine(store: Arc<Store>) -> QueryEngine {
