@@ -403,6 +403,9 @@ fn staging_is_invisible_and_cleaned_up() {
     let left = root.join("trade/.tmp-date=2024-01-03-999999-0");
     std::fs::create_dir_all(&left).unwrap();
     std::fs::write(left.join("part-00000.parquet"), b"half a file").unwrap();
+    // Another process sharing the HDB, alive (pid 1 always is), writing now.
+    let live = root.join("trade/.tmp-date=2024-01-03-1-0");
+    std::fs::create_dir_all(&live).unwrap();
     assert_eq!(
         committed_dates(root, "trade").unwrap(),
         [day].into_iter().collect()
@@ -426,6 +429,8 @@ fn staging_is_invisible_and_cleaned_up() {
 
     assert_eq!(cleanup_staging(root).unwrap(), vec![left.clone()]);
     assert!(!left.exists());
+    assert!(live.exists(), "a live writer's staging was removed");
+    std::fs::remove_dir(&live).unwrap();
     assert!(cleanup_staging(root).unwrap().is_empty());
     // A bad name in a table directory is an error naming it.
     std::fs::create_dir(root.join("trade/date=2024-1-5")).unwrap();
