@@ -18,19 +18,22 @@
 //!    optimizer rule could move filters across the join) replaces each such
 //!    join with an `AsofJoinNode`.
 //! 3. `AsofPlanner` plans the node as `AsofJoinExec`: the right side is
-//!    read once into per-key runs sorted by time (a symbol's rows, in
-//!    arrival order among equal times), and each left batch is answered by
-//!    a binary search per row in its key's run. No hash join, no cross
-//!    product; left batches stream through in their order.
+//!    read once. Where it is in time order (an rdb table's chunks are),
+//!    each left stream walks it with a cursor (`asof_merge`); left rows the
+//!    cursor cannot answer (out of time order, or a forward-looking `<=`,
+//!    `<`) are found in per-key runs sorted by time (a symbol's rows, in
+//!    arrival order among equal times), built on first need. No hash join,
+//!    no cross product; left batches stream through in their order.
 //!
 //! `MATCH_CONDITION` may use `>=` (latest at or before), `>` (strictly
 //! before), `<=` (earliest at or after) or `<` (strictly after).
 
+use crate::asof_merge::{Cursor, Merge, MergeBatch, NO_KEY, NO_ROW};
 use datafusion::arrow::array::{
     new_null_array, Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, StringArray,
 };
 use datafusion::arrow::compute::{cast, interleave};
-use datafusion::arrow::datatypes::{DataType, Int64Type, SchemaRef, TimeUnit};
+use datafusion::arrow::datatypes::{DataType, Int64Type, SchemaRef, TimeUnit, UInt32Type};
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::catalog::Session;
 use datafusion::common::config::ConfigOptions;
@@ -69,7 +72,7 @@ use futures::StreamExt;
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::ops::ControlFlow;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// The marker function the rewrite puts in the `ON` clause.
 pub const MARKER: &str = "__tickdb_asof";
@@ -1163,6 +1166,7 @@ impl ExecutionPlan for AsofJoinExec {
             cache: DictCache::default(),
             from_left: self.right_keys_from_left()?,
             hints: Vec::new(),
+            cursor: None,
         };
         struct St {
             right: Option<SharedRight>,
@@ -1351,6 +1355,16 @@ fn key_ids(
                         .collect();
                     cache.values = Some(d.values().clone());
                 }
+                // The rdb's symbol column (u32 keys, no nulls): straight
+                // from the key buffer, no per-row null check.
+                if let (Some(d32), 0) = (k.as_dictionary_opt::<UInt32Type>(), k.null_count()) {
+                    return Ok(d32
+                        .keys()
+                        .values()
+                        .iter()
+                        .map(|&x| cache.ids.get(x as usize).copied().flatten())
+                        .collect());
+                }
                 let ks = d.normalized_keys();
                 return Ok((0..n)
                     .map(|i| {
@@ -1449,12 +1463,7 @@ impl Run {
             AsofOp::Ge | AsofOp::Gt => p.checked_sub(1)?,
             AsofOp::Le | AsofOp::Lt => Some(p).filter(|&p| p < len)?,
         };
-        if let Some(tol) = tolerance {
-            if (i128::from(t) - i128::from(self.times[i])).abs() > i128::from(tol) {
-                return None;
-            }
-        }
-        Some(self.locs[i])
+        within(t, self.times[i], tolerance).then(|| self.locs[i])
     }
 
     fn sort(&mut self) {
@@ -1470,18 +1479,52 @@ impl Run {
 }
 
 /// The right side, read once: its columns (batch by batch, plus a last
-/// one-row all-null batch for unmatched left rows) and a run per key.
+/// one-row all-null batch for unmatched left rows), each batch's times and
+/// key ids in arrival order (`Merge`), and, built on first need, a run per
+/// key.
 struct RightSide {
     columns: Vec<Vec<ArrayRef>>,
     null_batch: u32,
     index: KeyIndex,
     converter: Option<RowConverter>,
-    runs: Vec<Run>,
+    merge: Merge,
+    runs: OnceLock<Vec<Run>>,
     _reservation: MemoryReservation,
 }
 
-/// Bytes of index per right row: time, batch, row.
-const INDEX_BYTES_PER_ROW: usize = 16;
+impl RightSide {
+    fn keys(&self) -> usize {
+        (self.index.next as usize).max(1)
+    }
+
+    /// Each key's rows sorted by time: only for left rows a cursor cannot
+    /// answer (the right side or the left stream out of time order, or a
+    /// forward-looking `<=`/`<`).
+    fn runs(&self) -> &[Run] {
+        self.runs.get_or_init(|| {
+            let mut runs: Vec<Run> = Vec::new();
+            runs.resize_with(self.keys(), Run::default);
+            for b in self.merge.batches() {
+                let times = b.times.values();
+                for (r, &id) in b.ids.iter().enumerate() {
+                    if id != NO_KEY && b.times.is_valid(r) {
+                        let run = &mut runs[id as usize];
+                        run.times.push(times[r]);
+                        run.locs.push((b.src, r as u32));
+                    }
+                }
+            }
+            for r in &mut runs {
+                r.sort();
+            }
+            runs
+        })
+    }
+}
+
+/// Bytes of index per right row: time and key id, and as much again for
+/// runs should they be built.
+const INDEX_BYTES_PER_ROW: usize = 24;
 
 async fn build_right(
     right: Arc<dyn ExecutionPlan>,
@@ -1498,7 +1541,7 @@ async fn build_right(
     let converter = converter_for(&key_types)?;
     let mut index = KeyIndex::default();
     let mut cache = DictCache::default();
-    let mut runs: Vec<Run> = Vec::new();
+    let mut merge: Vec<MergeBatch> = Vec::new();
     let mut columns: Vec<Vec<ArrayRef>> = vec![Vec::new(); schema.fields().len()];
     let mut batches = 0u32;
     for p in 0..right.output_partitioning().partition_count() {
@@ -1511,7 +1554,7 @@ async fn build_right(
             }
             reservation.try_grow(n * INDEX_BYTES_PER_ROW + b.get_array_memory_size() / 8)?;
             let ids = if keys.is_empty() {
-                vec![Some(0); n]
+                vec![0; n]
             } else {
                 key_ids(
                     &evaluate(&keys, &b)?,
@@ -1519,24 +1562,21 @@ async fn build_right(
                     &mut Insert(&mut index),
                     &mut cache,
                 )?
+                .into_iter()
+                .map(|id| id.unwrap_or(NO_KEY))
+                .collect()
             };
             let times = time_values(&time.evaluate(&b)?.into_array(n)?)?;
-            runs.resize_with((index.next as usize).max(1), Run::default);
-            for (r, id) in ids.iter().enumerate() {
-                if let (Some(g), true) = (id, times.is_valid(r)) {
-                    let run = &mut runs[*g as usize];
-                    run.times.push(times.value(r));
-                    run.locs.push((batches, r as u32));
-                }
-            }
+            merge.push(MergeBatch {
+                src: batches,
+                times,
+                ids,
+            });
             for (c, a) in b.columns().iter().enumerate() {
                 columns[c].push(a.clone());
             }
             batches += 1;
         }
-    }
-    for r in &mut runs {
-        r.sort();
     }
     for (c, f) in schema.fields().iter().enumerate() {
         columns[c].push(new_null_array(f.data_type(), 1));
@@ -1546,7 +1586,8 @@ async fn build_right(
         null_batch: batches,
         index,
         converter,
-        runs,
+        merge: Merge::new(merge),
+        runs: OnceLock::new(),
         _reservation: reservation,
     })
 }
@@ -1562,9 +1603,29 @@ struct Probe {
     from_left: Vec<Option<usize>>,
     /// Per key, where its previous probe landed in its run.
     hints: Vec<usize>,
+    /// This left stream's walk over a time-ordered right side (`>=`, `>`).
+    cursor: Option<Cursor>,
+}
+
+/// Whether a match at time `at` is within the tolerance of time `t`.
+fn within(t: i64, at: i64, tolerance: Option<i64>) -> bool {
+    tolerance.is_none_or(|tol| (i128::from(t) - i128::from(at)).abs() <= i128::from(tol))
 }
 
 impl Probe {
+    /// The match for key `g` at time `t` from the key's run, galloping
+    /// from where its previous probe landed.
+    fn find_in_runs(&mut self, side: &RightSide, g: u32, t: i64) -> Option<(u32, u32)> {
+        let runs = side.runs();
+        if self.hints.len() < runs.len() {
+            self.hints.resize(runs.len(), 0);
+        }
+        let run = runs.get(g as usize)?;
+        let (loc, p) = run.find(t, self.op, self.tolerance, self.hints[g as usize]);
+        self.hints[g as usize] = p;
+        loc
+    }
+
     fn batch(&mut self, side: &RightSide, b: &RecordBatch) -> Result<RecordBatch> {
         let n = b.num_rows();
         let ids = if self.keys.is_empty() {
@@ -1580,25 +1641,64 @@ impl Probe {
         let times = time_values(&self.time.evaluate(b)?.into_array(n)?)?;
         let null = (side.null_batch as usize, 0usize);
         let mut take = Vec::with_capacity(n);
-        if self.hints.len() < side.runs.len() {
-            self.hints.resize(side.runs.len(), 0);
+        if self.cursor.is_none() && side.merge.ordered() {
+            self.cursor = match self.op {
+                AsofOp::Ge => Some(Cursor::new(side.keys(), false)),
+                AsofOp::Gt => Some(Cursor::new(side.keys(), true)),
+                AsofOp::Le | AsofOp::Lt => None,
+            };
+        }
+        let no_nulls = times.null_count() == 0;
+        if let Some(c) = self
+            .cursor
+            .as_mut()
+            .filter(|c| no_nulls && c.can_walk(times.values()))
+        {
+            // A left batch in time order: one merge answers all of it.
+            let lids: Vec<u32> = ids.iter().map(|id| id.unwrap_or(NO_KEY)).collect();
+            let mut found = Vec::new();
+            c.walk_sorted(&side.merge, &lids, times.values(), &mut found);
+            for ((id, &(at, time)), &t) in ids.iter().zip(&found).zip(times.values()) {
+                let hit = id.is_some() && at != NO_ROW && within(t, time, self.tolerance);
+                take.push(if hit {
+                    ((at >> 32) as usize, (at as u32) as usize)
+                } else {
+                    null
+                });
+            }
+            return self.output(side, b, take, null);
         }
         for (r, id) in ids.iter().enumerate() {
-            let loc = match (id, times.is_valid(r)) {
-                (Some(g), true) => side.runs.get(*g as usize).and_then(|run| {
-                    let (loc, p) = run.find(
-                        times.value(r),
-                        self.op,
-                        self.tolerance,
-                        self.hints[*g as usize],
-                    );
-                    self.hints[*g as usize] = p;
-                    loc
-                }),
+            let loc = match (id, no_nulls || times.is_valid(r)) {
+                (Some(g), true) => {
+                    let t = times.value(r);
+                    let walked = match &mut self.cursor {
+                        Some(c) => c.seek(&side.merge, t).then(|| c.last(*g)),
+                        None => None,
+                    };
+                    match walked {
+                        Some(m) => m.and_then(|(b, row, at)| {
+                            within(t, at, self.tolerance).then_some((b, row))
+                        }),
+                        None => self.find_in_runs(side, *g, t),
+                    }
+                }
                 _ => None,
             };
             take.push(loc.map(|(b, r)| (b as usize, r as usize)).unwrap_or(null));
         }
+        self.output(side, b, take, null)
+    }
+
+    /// The output batch: the left columns, then each right column gathered
+    /// at `take` (or taken from the left where keys equal).
+    fn output(
+        &self,
+        side: &RightSide,
+        b: &RecordBatch,
+        take: Vec<(usize, usize)>,
+        null: (usize, usize),
+    ) -> Result<RecordBatch> {
         let unmatched: Option<BooleanArray> =
             self.from_left.iter().any(Option::is_some).then(|| {
                 take.iter()

@@ -7,6 +7,7 @@
 //! `QueryEngine`, `QueryResult`, `QueryError` and `encode`.
 
 pub mod asof;
+mod asof_merge;
 pub mod checked;
 pub mod context;
 pub mod deadline;

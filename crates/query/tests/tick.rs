@@ -101,6 +101,72 @@ fn brute(t: &Trade, quotes: &[Quote], op: &str) -> Option<usize> {
     best
 }
 
+/// Quotes in time order over several column-store chunks (so the join
+/// walks them with a cursor), three to a time (ties keep arrival order).
+fn gen_ordered_quotes(n: usize) -> Vec<Quote> {
+    let syms = ["AAPL", "MSFT", "IBM", "GOOG", "NFLX"];
+    (0..n)
+        .map(|i| Quote {
+            time: T0 - 2_000_000 + (i as i64 / 3) * 60_000,
+            sym: syms[(i * 3 + i / 7) % syms.len()],
+            bid: i as f64,
+        })
+        .collect()
+}
+
+/// The as-of merge (a cursor over time-ordered quotes) answers as brute
+/// force does: for trades in time order (whole batches merged at once),
+/// and for trades that go back in time (every 17th), which it answers row
+/// by row, from per-key runs where the cursor has passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asof_join_over_time_ordered_quotes_matches_brute_force() {
+    let quotes = gen_ordered_quotes(3 * tickdb_core::store::CHUNK_ROWS_MAX / 2);
+    // Per symbol, the quotes' indices in arrival order.
+    let mut by_sym: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, q) in quotes.iter().enumerate() {
+        by_sym.entry(q.sym).or_default().push(i);
+    }
+    let jittered = gen_trades(3_000);
+    let mut in_order = jittered.clone();
+    in_order.sort_by_key(|t| t.time);
+    for (trades, op) in [
+        (&jittered, ">="),
+        (&jittered, ">"),
+        (&in_order, ">="),
+        (&in_order, ">"),
+    ] {
+        let store = store_with(trades);
+        add_quotes(&store, &quotes);
+        let e = engine(store);
+        let sql = format!(
+            "SELECT t.time, t.sym, t.size, q.bid FROM trade t \
+             ASOF JOIN quote q MATCH_CONDITION (t.time {op} q.time) ON t.sym = q.sym"
+        );
+        let got = sorted(rows(&e, &sql).await);
+        let want = sorted(
+            trades
+                .iter()
+                .map(|t| {
+                    let ix = by_sym.get(t.sym).map(Vec::as_slice).unwrap_or(&[]);
+                    let p = ix.partition_point(|&i| match op {
+                        ">=" => quotes[i].time <= t.time,
+                        _ => quotes[i].time < t.time,
+                    });
+                    let m = p.checked_sub(1).map(|k| ix[k]);
+                    json!([
+                        encode::rfc3339_nanos(t.time),
+                        t.sym,
+                        t.size,
+                        m.map(|i| json!(quotes[i].bid)).unwrap_or(Value::Null),
+                    ])
+                })
+                .collect(),
+        );
+        assert_eq!(got.len(), trades.len(), "{op}");
+        assert_eq!(got, want, "{op}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn asof_join_matches_brute_force() {
     let trades = gen_trades(3_000);
