@@ -14,7 +14,7 @@
 //!   Inexact (chunks arrive in arrival order, not time order), so DataFusion
 //!   still filters the rows of the chunks that remain.
 
-use datafusion::arrow::array::{Array, BooleanArray, RecordBatch, UInt32Array};
+use datafusion::arrow::array::{Array, BooleanArray, RecordBatch, RecordBatchOptions, UInt32Array};
 use datafusion::arrow::compute::{filter_record_batch, take_record_batch};
 use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit, UInt32Type};
 use datafusion::catalog::Session;
@@ -282,6 +282,15 @@ fn select_syms(
         }
         if rows.len() == batch.num_rows() {
             return Ok(batch);
+        }
+        if batch.num_columns() == 0 {
+            // No column projected (`count(*)`): only the row count; a take
+            // over no columns cannot say how many rows it took.
+            return Ok(RecordBatch::try_new_with_options(
+                batch.schema(),
+                Vec::new(),
+                &RecordBatchOptions::new().with_row_count(Some(rows.len())),
+            )?);
         }
         let indices = UInt32Array::from(rows);
         return Ok(take_record_batch(&batch, &indices)?);

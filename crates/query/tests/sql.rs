@@ -135,6 +135,9 @@ async fn pushed_down_filters_equal_unpushed() {
         let b = rows(&e, &q(&unpushed)).await;
         assert_eq!(a, b, "{pushed} vs {unpushed}");
         assert_eq!(a[0][0], json!(n), "{pushed}");
+        // No column projected at all: the scan passes row counts only.
+        let c = rows(&e, &format!("SELECT count(*) FROM trade WHERE {pushed}")).await;
+        assert_eq!(c[0][0], json!(n), "count(*) alone, {pushed}");
         // Row order and contents, not just aggregates.
         let r = |w: &str| {
             format!("SELECT time, sym, price, size FROM trade WHERE {w} ORDER BY time, size")
