@@ -20,7 +20,9 @@
 # (`tickdb bench report`: QuestDB from Maven Central, which needs java and, on
 # first use, network access to download the jar; Redis from Debian's
 # redis-server, installed here when missing; dd), then SQL
-# (scripts/bench_query.py: QuestDB and DuckDB), then end of day and history
+# (scripts/bench_query.py: QuestDB and DuckDB), then the monitor query of the
+# Optane kdb+ study on a 50M-row rdb (scripts/bench_monitor.py: the most active
+# and a median symbol, against QuestDB and DuckDB), then end of day and history
 # (scripts/bench_history.py: the end-of-day write of a 10M-trade + 40M-quote
 # day, three times, and queries over 30 days of Parquet against DuckDB).
 #
@@ -45,6 +47,8 @@
 #   cargo build --release -p tickdb
 #   .venv/bin/python scripts/bench_history.py [--quick] --out docs/benchmarks.md
 #                                   (end of day and history; --quick under 2 minutes)
+#   .venv/bin/python scripts/bench_monitor.py [--quick] --out docs/benchmarks.md
+#                                   (one symbol on a 50M-row rdb; about 4 minutes)
 #   target/release/tickdb bench report --only sharding [--quick]
 #                                   (about 3 minutes; --quick about 1;
 #                                   sections: sharding, ipc, failover,
@@ -80,4 +84,5 @@ fi
 cargo build --release -p tickdb
 target/release/tickdb bench report "$@"
 .venv/bin/python scripts/bench_query.py "$@" --append docs/benchmarks.md
+.venv/bin/python scripts/bench_monitor.py "$@" --out docs/benchmarks.md
 .venv/bin/python scripts/bench_history.py "$@" --out docs/benchmarks.md

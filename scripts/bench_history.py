@@ -780,28 +780,6 @@ def markdown(a, mach: dict, eod: list[dict], hist: dict, checks: Checks, took: f
     return "\n".join(md) + "\n"
 
 
-def write_section(path: Path, text: str) -> None:
-    """Replaces the section (from its heading to the next `## ` heading) in
-    place, or appends it; makes sure the header names the command."""
-    doc = path.read_text() if path.exists() else "# Benchmarks\n"
-    lines = doc.splitlines(keepends=True)
-    start = next((i for i, l in enumerate(lines) if l.rstrip("\n") == SECTION), None)
-    if start is None:
-        doc = doc.rstrip("\n") + "\n\n" + text
-    else:
-        end = next((j for j in range(start + 1, len(lines)) if lines[j].startswith("## ")), len(lines))
-        tail = "".join(lines[end:])
-        doc = "".join(lines[:start]) + text + ("\n" + tail if tail else "")
-    if REGEN_LINE not in doc:
-        # After the header paragraphs (before the first `## `).
-        i = doc.find("\n## ")
-        if i < 0:
-            doc = doc.rstrip("\n") + "\n\n" + REGEN_LINE + "\n"
-        else:
-            doc = doc[:i].rstrip("\n") + "\n\n" + REGEN_LINE + "\n" + doc[i:]
-    path.write_text(doc)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trades", type=int, default=10_000_000, help="trades in the end-of-day day (default 10M)")
@@ -864,7 +842,7 @@ def main() -> int:
                                                 "failures": checks.failures, "seconds": took, "quick": a.quick},
                                                indent=1, default=str))
         if a.out:
-            write_section(Path(a.out), text)
+            benchutil.write_section(Path(a.out), SECTION, text, REGEN_LINE)
             log(f"wrote the section to {a.out}")
         else:
             print(text)

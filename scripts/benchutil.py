@@ -1,9 +1,11 @@
-"""What the Python benchmarks share: free loopback ports, and loading a
-DataFrame into a server through the `questdb` ILP client."""
+"""What the Python benchmarks share: free loopback ports, loading a
+DataFrame into a server through the `questdb` ILP client, and replacing one
+section of docs/benchmarks.md in place."""
 
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 import time
 from typing import Callable
 
@@ -33,3 +35,26 @@ def load_ilp(http_port: int, df: pd.DataFrame, table: str,
             if progress is not None:
                 progress(min(i + LOAD_STEP_ROWS, len(df)), len(df), time.monotonic() - t)
     return time.monotonic() - t
+
+
+def write_section(path: Path, section: str, text: str, regen_line: str) -> None:
+    """Replaces the section `section` (its `## ` heading line, to the next
+    `## ` heading) in place with `text`, or appends it; makes sure the
+    header (before the first section) has `regen_line`, which names the
+    command that regenerates the section alone."""
+    doc = path.read_text() if path.exists() else "# Benchmarks\n"
+    lines = doc.splitlines(keepends=True)
+    start = next((i for i, l in enumerate(lines) if l.rstrip("\n") == section), None)
+    if start is None:
+        doc = doc.rstrip("\n") + "\n\n" + text
+    else:
+        end = next((j for j in range(start + 1, len(lines)) if lines[j].startswith("## ")), len(lines))
+        tail = "".join(lines[end:])
+        doc = "".join(lines[:start]) + text + ("\n" + tail if tail else "")
+    if regen_line not in doc:
+        i = doc.find("\n## ")
+        if i < 0:
+            doc = doc.rstrip("\n") + "\n\n" + regen_line + "\n"
+        else:
+            doc = doc[:i].rstrip("\n") + "\n\n" + regen_line + "\n" + doc[i:]
+    path.write_text(doc)

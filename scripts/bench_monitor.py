@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""The Intel Optane kdb+ market-data study's monitor query at the study's
+scale: the as-of join of all of one symbol's trades with the prevailing
+quote, on an rdb holding 50M rows (5M trades, 45M quotes, 1000 symbols with
+skewed activity), for the most active symbol and for a median one, against
+QuestDB (default and its best temporal-join hint) and DuckDB on the same
+rows in the same run.
+
+    .venv/bin/python scripts/bench_monitor.py [--quick] [--out docs/benchmarks.md]
+
+The section "## One symbol on a 50M-row rdb" of --out is replaced in place
+(or appended); `scripts/bench.sh` runs this after `scripts/bench_query.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import duckdb
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_query as bq  # noqa: E402
+import benchutil  # noqa: E402
+from benchutil import free_port  # noqa: E402
+
+SECTION = "## One symbol on a 50M-row rdb"
+REGEN_LINE = ("`.venv/bin/python scripts/bench_monitor.py [--quick]` regenerates \"One symbol on a 50M-row rdb\" "
+              "alone, in place (`scripts/bench.sh` runs it after `scripts/bench_query.py`).")
+# The study's monitor query took about 47 ms on kdb+; the target here.
+TARGET_MS = 5.0
+
+
+def log(msg: str) -> None:
+    print(f"[bench monitor] {msg}", file=sys.stderr, flush=True)
+
+
+def queries(sym: str) -> dict:
+    """The monitor query for one symbol, in each system's dialect."""
+    q = bq.QUERIES["monitor"]
+    return {k: (v.replace("'S0000'", f"'{sym}'") if isinstance(v, str) else v) for k, v in q.items()}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trades", type=int, default=5_000_000, help="trades (default 5M)")
+    ap.add_argument("--quotes", type=int, default=45_000_000, help="quotes (default 45M)")
+    ap.add_argument("--syms", type=int, default=1000, help="symbols, Zipf-skewed (default 1000)")
+    ap.add_argument("--repeats", type=int, default=9, help="timed runs per query after a warm-up (default 9)")
+    ap.add_argument("--quick", action="store_true", help="500k trades + 4.5M quotes, 3 repeats")
+    ap.add_argument("--no-questdb", action="store_true")
+    ap.add_argument("--no-redis", action="store_true", help="accepted for scripts/bench.sh; no Redis here")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--bin", default=str(bq.ROOT / "target" / "release" / "tickdb"))
+    ap.add_argument("--out", "--append", dest="out",
+                    help="replace (or append) the section in this markdown file (else print it)")
+    a = ap.parse_args()
+    if a.quick:
+        a.trades, a.quotes, a.repeats = 500_000, 4_500_000, 3
+    jar = Path(os.environ.get("TICKDB_BENCH_CACHE", Path.home() / ".cache/tickdb-bench")) / \
+        f"questdb-{bq.QUESTDB_VERSION}.jar"
+    use_questdb = not a.no_questdb and jar.exists() and shutil.which("java") is not None
+    if not a.no_questdb and not use_questdb:
+        log(f"QuestDB skipped: need java and {jar} (tickdb bench report downloads it)")
+    work = Path(tempfile.mkdtemp(prefix="tickdb-bench-monitor-"))
+    servers: list[bq.Server] = []
+    started = time.monotonic()
+    load_before = os.getloadavg()[0]
+    try:
+        log(f"generating {a.trades:,} trades and {a.quotes:,} quotes over {a.syms} symbols (seed {a.seed})")
+        trades, quotes = bq.gen(a.trades, a.syms, a.seed, quote_rows=a.quotes)
+        # Activity rank 1 (the most active) and the median rank.
+        picks = {"most active": "S0000", "median": f"S{a.syms // 2:04d}"}
+        counts = {sym: (int((trades["sym"] == sym).sum()), int((quotes["sym"] == sym).sum()))
+                  for sym in picks.values()}
+
+        http = free_port()
+        tick = bq.Server("tickdb", [a.bin, "up", "--http-port", str(http), "--ilp-port", str(free_port()),
+                                    "--tp-port", str(free_port()), "--repl-port", str(free_port()),
+                                    "--pg-port", str(free_port()), "--data-dir", str(work / "tickdb"),
+                                    "--fsync", "never", "--query-timeout-ms", "600000",
+                                    "--query-memory-bytes", str(8 << 30)],
+                         work / "tickdb.log", env={**os.environ, "TICKDB_LOG": "warn"})
+        servers.append(tick)
+        tick.wait_http(f"http://127.0.0.1:{http}/health")
+        bq.load_ilp(http, "tickdb", quotes, "quote")
+        bq.load_ilp(http, "tickdb", trades, "trade")
+        bq.wait_rows(http, "trade", a.trades, "select count(*) from {table}")
+        bq.wait_rows(http, "quote", a.quotes, "select count(*) from {table}")
+
+        qhttp = None
+        if use_questdb:
+            qhttp = free_port()
+            root = work / "questdb"
+            (root / "conf").mkdir(parents=True)
+            (root / "conf" / "server.conf").write_text(
+                f"http.bind.to=127.0.0.1:{qhttp}\nline.tcp.net.bind.to=127.0.0.1:{free_port()}\n"
+                "pg.enabled=false\nhttp.min.enabled=false\nline.udp.enabled=false\ntelemetry.enabled=false\n")
+            qdb = bq.Server("QuestDB", ["java", "-p", str(jar), "-m", "io.questdb/io.questdb.ServerMain",
+                                        "-d", str(root)], work / "questdb.log")
+            servers.append(qdb)
+            qdb.wait_http(f"http://127.0.0.1:{qhttp}/exec?query=select%201")
+            bq.load_ilp(qhttp, "QuestDB", quotes, "quote")
+            bq.load_ilp(qhttp, "QuestDB", trades, "trade")
+            bq.wait_rows(qhttp, "trade", a.trades, "select count() from {table}")
+            bq.wait_rows(qhttp, "quote", a.quotes, "select count() from {table}")
+
+        log("loading DuckDB (in process)")
+        con = duckdb.connect()
+        con.register("tdf", trades)
+        con.register("qdf", quotes)
+        con.execute("create table trade as select time, cast(sym as varchar) sym, price, size from tdf")
+        con.execute("create table quote as select time, cast(sym as varchar) sym, bid, ask, bsize, asize from qdf")
+        del trades, quotes
+
+        rows = []
+        disagree = []
+        for label, sym in picks.items():
+            q = queries(sym)
+            r = {"tickdb": bq.timed(lambda: bq.http_exec(http, q["tickdb"]), a.repeats)}
+            if qhttp:
+                r["questdb"] = bq.timed(lambda: bq.http_exec(qhttp, q["questdb"]), a.repeats)
+                best = bq.questdb_best(qhttp, q, r["questdb"], a.repeats)
+                if best:
+                    r["questdb_best"] = best[1]
+                    r["hint"] = best[0]
+            r["duckdb"] = bq.timed(lambda: con.execute(q["duckdb"]).fetchall(), a.repeats)
+            answers = {k: v[1][0] for k, v in r.items() if k != "hint"}
+            n = {k: int(v[0]) for k, v in answers.items()}
+            s = {k: float(v[1] or 0.0) for k, v in answers.items()}
+            ok = len(set(n.values())) == 1 and max(s.values()) - min(s.values()) <= 1e-6 * max(1.0, abs(max(s.values())))
+            if not ok:
+                disagree.append(f"{sym}: {answers}")
+                log(f"  WARNING: the systems disagree for {sym}: {answers}")
+            log(f"{label} {sym}: " + ", ".join(f"{k} {bq.fmt_s(v[0])}" for k, v in r.items() if k != "hint"))
+            rows.append((label, sym, r))
+
+        load_after = os.getloadavg()[0]
+        cores = len(os.sched_getaffinity(0))
+        total = a.trades + a.quotes
+        md = [f"{SECTION}\n",
+              f"Generated by `.venv/bin/python scripts/bench_monitor.py{' --quick' if a.quick else ''}` in "
+              f"{time.monotonic() - started:.0f} s. The monitor query of the Intel Optane kdb+ market-data study "
+              f"(the as-of join of all of one symbol's trades with the prevailing quote; the study saw about 47 ms on "
+              f"kdb+ on its 65M-row rdb) on an rdb holding {total / 1e6:.0f}M rows: {a.trades:,} trades and "
+              f"{a.quotes:,} quotes over {a.syms} symbols with skewed activity (Zipf), times sorted over a 6-hour "
+              f"session, loaded into each system through the `questdb` ILP client. Medians of {a.repeats} runs after "
+              f"a warm-up; tickdb and QuestDB answer over HTTP `/exec` (their times include HTTP and JSON), DuckDB in "
+              f"process. QuestDB: its default ASOF algorithm, then each temporal-join hint, the fastest reported "
+              f"(as in the SQL section). Load average {load_before:.2f} before, {load_after:.2f} after"
+              f"{' (noisy: over half the cores)' if max(load_before, load_after) > cores * 0.5 else ''}.\n",
+              "| symbol | trades | quotes | tickdb | QuestDB default | QuestDB best | DuckDB | best QuestDB / tickdb | DuckDB / tickdb |",
+              "|---|---|---|---|---|---|---|---|---|"]
+        met = []
+        for label, sym, r in rows:
+            t = r["tickdb"][0]
+            qd = bq.fmt_s(r["questdb"][0]) if "questdb" in r else "n/a"
+            qb = f"{bq.fmt_s(r['questdb_best'][0])} (`{r['hint']}`)" if "questdb_best" in r else "n/a"
+            best_q = min([r[k][0] for k in ("questdb", "questdb_best") if k in r], default=None)
+            ratio_q = f"{best_q / t:.2f}x" if best_q else "n/a"
+            nt, nq = counts[sym]
+            md.append(f"| {label} ({sym}) | {nt:,} | {nq:,} | {bq.fmt_s(t)} | {qd} | {qb} | "
+                      f"{bq.fmt_s(r['duckdb'][0])} | {ratio_q} | {r['duckdb'][0] / t:.2f}x |")
+            met.append(f"{label} {bq.fmt_s(t)} ({'met' if t * 1000 < TARGET_MS else 'missed'})")
+        md.append("")
+        md.append("All systems returned the same count and sum for every query." if not disagree else
+                  "The systems DISAGREED: " + "; ".join(disagree))
+        md.append("")
+        md.append(f"Target: the monitor query under {TARGET_MS:.0f} ms on a 50M-row rdb: " + "; ".join(met) +
+                  ". The query's time grows with the symbol's rows: the most active symbol's trades are each "
+                  "answered, and its quotes read, so it is bounded by that symbol's share of the day, not by the "
+                  "rdb's size. Ratios above 1 mean tickdb is faster.")
+        text = "\n".join(md) + "\n"
+        if a.out:
+            benchutil.write_section(Path(a.out), SECTION, text, REGEN_LINE)
+            log(f"wrote {a.out}")
+        else:
+            print(text)
+        return 1 if disagree else 0
+    finally:
+        for s in servers:
+            s.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
