@@ -1,0 +1,43 @@
+"""`scripts/bench_monitor.py` at a small size against the binary under test,
+into a temporary copy of docs/benchmarks.md, without QuestDB. The benchmark
+checks what it measures: tickdb and DuckDB must give the same count and sum
+of the as-of join for the most active and the median symbol, or it exits 1.
+So a short run is an end-to-end test of the one-symbol as-of join over a
+time-ordered rdb (the as-of merge) against DuckDB. Speed is not asserted.
+The section must replace itself in place."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from harness import BIN
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "scripts" / "bench_monitor.py"
+SECTION = "## One symbol on a 50M-row rdb"
+
+
+def bench(out: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), "--trades", "100000", "--quotes", "900000",
+                           "--repeats", "2", "--no-questdb", "--bin", BIN, "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_bench_monitor_agrees_with_duckdb_and_writes_its_section_once(tmp_path):
+    doc = tmp_path / "benchmarks.md"
+    shutil.copy(ROOT / "docs" / "benchmarks.md", doc)
+    for _ in range(2):
+        r = bench(doc)
+        assert r.returncode == 0, r.stderr[-4000:]
+    md = doc.read_text()
+    assert md.count(SECTION) == 1, md
+    section = md[md.index(SECTION):]
+    if "\n## " in section:
+        section = section[: section.index("\n## ")]
+    assert "All systems returned the same count and sum for every query." in section, section
+    assert "| most active (S0000) |" in section and "| median (S0500) |" in section, section
+    # The sections around it are untouched.
+    assert md.count("## SQL") == 1 and md.count("## End of day and history") == 1
