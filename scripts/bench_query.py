@@ -13,8 +13,13 @@ What it measures (median of --repeats runs after one warm-up, per system):
   their prevailing quotes, on the same loaded tables;
 - 1-second buckets over the trades (tickdb time_bucket, QuestDB SAMPLE BY,
   DuckDB date_trunc), counted so that result transfer does not dominate;
-- result streaming over the PostgreSQL wire protocol: psql reading a
-  million-row result from tickdb.
+- result streaming ("results out fast"): psql reading a million-row
+  result over the PostgreSQL wire; psycopg 3 reading min(rows, 5M) quote
+  rows with binary and with text results; pyarrow reading the same rows
+  from HTTP `/exec?format=arrow` (an Arrow IPC stream); and the server's
+  resident memory sampled while a client reads a fifth of them and all of
+  them over each of PG binary and HTTP Arrow (its growth must not scale
+  with the result).
 
 tickdb and QuestDB are loaded through the same client (the `questdb` ILP
 package, HTTP transport) and queried over HTTP `/exec`; DuckDB runs in this
@@ -36,9 +41,14 @@ import tempfile
 import time
 from pathlib import Path
 
+import threading
+
 import duckdb
 import numpy as np
 import pandas as pd
+import psycopg
+import pyarrow as pa
+import pyarrow.compute as pc
 import requests
 
 import benchutil
@@ -86,9 +96,10 @@ class Server:
         self.log.close()
 
 
-def gen(rows: int, syms: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Trades and quotes over one session, times sorted, activity skewed
-    (a few symbols trade far more than the rest)."""
+def gen(rows: int, syms: int, seed: int, quote_rows: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """`rows` trades and `quote_rows` (default `rows`) quotes over one
+    session, times sorted, activity skewed (a few symbols trade far more
+    than the rest)."""
     rng = np.random.default_rng(seed)
     names = np.array([f"S{i:04d}" for i in range(syms)])
     w = 1.0 / np.arange(1, syms + 1)
@@ -98,10 +109,11 @@ def gen(rows: int, syms: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
         t = np.sort(rng.integers(0, SPAN_NS, n)) + T0
         return pd.to_datetime(t, unit="ns"), names[rng.choice(syms, n, p=w)]
 
-    qt, qs = frame(rows)
-    bid = np.round(50 + rng.random(rows) * 50, 2)
+    nq = rows if quote_rows is None else quote_rows
+    qt, qs = frame(nq)
+    bid = np.round(50 + rng.random(nq) * 50, 2)
     quotes = pd.DataFrame({"time": qt, "sym": pd.Categorical(qs), "bid": bid, "ask": bid + 0.01,
-                           "bsize": rng.integers(1, 1000, rows), "asize": rng.integers(1, 1000, rows)})
+                           "bsize": rng.integers(1, 1000, nq), "asize": rng.integers(1, 1000, nq)})
     tt, ts = frame(rows)
     trades = pd.DataFrame({"time": tt, "sym": pd.Categorical(ts), "price": np.round(50 + rng.random(rows) * 50, 2),
                            "size": rng.integers(1, 1000, rows)})
@@ -215,6 +227,168 @@ def questdb_best(port: int, q: dict, default: tuple, repeats: int) -> tuple[str,
     return best
 
 
+# Results out fast: rows streamed to clients.
+STREAM_ROWS_MAX = 5_000_000
+STREAM_SQL = "select time, sym, bid, ask, bsize, asize from quote limit {n}"
+RSS_CONTROL_SQL = "select * from (" + STREAM_SQL + ") order by bid"
+PG_BINARY_ROWS_PER_S_TARGET = 2e6
+ARROW_ROWS_PER_S_TARGET = 10e6
+# Rows per chunk for psycopg's cursor.stream (libpq 17+ chunked rows mode).
+PG_STREAM_CHUNK_ROWS = 10_000
+RSS_SAMPLE_S = 0.02
+# The peak growth of the server's RSS while a client reads all the rows may
+# be at most this many times its growth while a client reads a fifth of
+# them (plus RSS_SLACK_BYTES of noise) for memory to count as bounded: a
+# server holding the result would grow 5x.
+RSS_GROWTH_RATIO_MAX = 2.0
+RSS_SLACK_BYTES = 32 << 20
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+class RssPeak:
+    """The peak resident memory of a process while the block runs, sampled
+    every RSS_SAMPLE_S in a thread; `idle` is the RSS just before."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.idle = self.peak = rss_bytes(pid)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(RSS_SAMPLE_S):
+            self.peak = max(self.peak, rss_bytes(self.pid))
+
+    def __enter__(self) -> "RssPeak":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_bytes(self.pid))
+
+    @property
+    def growth(self) -> int:
+        return self.peak - self.idle
+
+
+def pg_read(port: int, sql: str, binary: bool, mode: str, check: bool = False) -> tuple[int, int | None, float]:
+    """Reads every row of sql through psycopg 3 (Python tuples, decoded by
+    its C loaders): `fetchall` on a client-side cursor, or `stream`
+    (chunked rows). (rows, sum of column 4 when check, seconds of the
+    read; the sum is taken outside the timed part for fetchall)."""
+    with psycopg.connect(host="127.0.0.1", port=port, user="tickdb", password="tickdb", dbname="tickdb",
+                         autocommit=True) as conn:
+        cur = conn.cursor(binary=binary)
+        total = None
+        t = time.perf_counter()
+        if mode == "fetchall":
+            cur.execute(sql)
+            rows = cur.fetchall()
+            secs = time.perf_counter() - t
+            n = len(rows)
+            if check:
+                total = sum(r[4] for r in rows)
+            del rows
+        else:
+            n = 0
+            if check:
+                total = 0
+                for r in cur.stream(sql, size=PG_STREAM_CHUNK_ROWS):
+                    n += 1
+                    total += r[4]
+            else:
+                for _ in cur.stream(sql, size=PG_STREAM_CHUNK_ROWS):
+                    n += 1
+            secs = time.perf_counter() - t
+    return n, total, secs
+
+
+def arrow_read(port: int, sql: str, mode: str) -> tuple[int, int, float]:
+    """Reads sql from HTTP /exec?format=arrow into pyarrow record batches:
+    `stream` decodes the response body as it arrives
+    (pyarrow.ipc.open_stream over requests' raw stream), `body` reads the
+    whole body first. (rows, sum of bsize, seconds)."""
+    t = time.perf_counter()
+    r = requests.get(f"http://127.0.0.1:{port}/exec", params={"query": sql, "format": "arrow"},
+                     stream=True, timeout=600)
+    if r.status_code != 200:
+        raise RuntimeError(f"{sql}: {r.status_code} {r.text[:500]}")
+    src = r.raw if mode == "stream" else r.content
+    n = total = 0
+    with pa.ipc.open_stream(src) as reader:
+        for b in reader:
+            n += b.num_rows
+            total += pc.sum(b.column("bsize")).as_py() or 0
+    r.close()
+    return n, total, time.perf_counter() - t
+
+
+def rows_per_s(fn, repeats: int = 3) -> tuple[float, tuple]:
+    """Median rows/s of `repeats` reads after a checked warm-up; fn(check)
+    returns (rows, sum, seconds). (rows/s, the warm-up's (rows, sum))."""
+    n, total, _ = fn(True)
+    rates = []
+    for _ in range(repeats):
+        m, _, secs = fn(False)
+        if m != n:
+            raise SystemExit(f"read {m} rows, then {n}")
+        rates.append(m / secs)
+    return statistics.median(rates), (n, total)
+
+
+def rss_check(pid: int, pg: int, http: int, sizes: tuple[int, ...]) -> dict[str, list[tuple[int, RssPeak]]]:
+    """The server's RSS while one client reads each number of rows, over
+    PG binary (psycopg `stream`) and over HTTP Arrow (pyarrow reading the
+    body as it arrives)."""
+    readers = {"PG binary": lambda sql: pg_read(pg, sql, True, "stream")[0],
+               "HTTP Arrow": lambda sql: arrow_read(http, sql, "stream")[0]}
+    rss: dict[str, list[tuple[int, RssPeak]]] = {}
+    for name, read in readers.items():
+        rss[name] = []
+        for n in sizes:
+            log(f"results out: server RSS while {name} reads {n:,} rows")
+            time.sleep(0.5)
+            with RssPeak(pid) as peak:
+                got = read(STREAM_SQL.format(n=n))
+            if got != n:
+                raise SystemExit(f"{name} read {got:,} rows of {n:,}")
+            rss[name].append((n, peak))
+            log(f"  idle {fmt_mib(peak.idle)}, peak {fmt_mib(peak.peak)}, growth {fmt_mib(peak.growth)}")
+    return rss
+
+
+def rss_control(pid: int, pg: int, n: int) -> RssPeak:
+    """The server's RSS while psycopg reads the same rows sorted, which the
+    server must hold all at once: shows that the sampling sees a result
+    held in memory. Run after rss_check (the memory it frees stays in the
+    allocator, and would hide what later reads hold)."""
+    log(f"results out: server RSS while PG binary reads {n:,} rows sorted (control)")
+    time.sleep(0.5)
+    with RssPeak(pid) as peak:
+        got = pg_read(pg, RSS_CONTROL_SQL.format(n=n), True, "stream")[0]
+    if got != n:
+        raise SystemExit(f"the control read {got:,} rows of {n:,}")
+    log(f"  idle {fmt_mib(peak.idle)}, peak {fmt_mib(peak.peak)}, growth {fmt_mib(peak.growth)}")
+    return peak
+
+
+def fmt_mib(b: int) -> str:
+    return f"{b / (1 << 20):.0f} MiB"
+
+
+def fmt_rate(r: float) -> str:
+    return f"{r / 1e6:.2f} M rows/s"
+
+
 def fmt_s(x: float | None) -> str:
     if x is None:
         return "n/a"
@@ -228,6 +402,9 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=5, help="timed runs per query after one warm-up (default 5)")
     ap.add_argument("--quick", action="store_true", help="500k rows, 3 repeats")
     ap.add_argument("--no-questdb", action="store_true")
+    ap.add_argument("--only-results-out", action="store_true",
+                    help="only the result-streaming part, for iterating on it (no QuestDB, no comparison queries: "
+                         "their table comes out empty)")
     ap.add_argument("--no-redis", action="store_true", help="accepted for scripts/bench.sh; this part runs no Redis")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--bin", default=str(ROOT / "target" / "release" / "tickdb"))
@@ -236,7 +413,7 @@ def main() -> int:
     if a.quick:
         a.rows, a.repeats = 500_000, 3
     jar = Path(os.environ.get("TICKDB_BENCH_CACHE", Path.home() / ".cache/tickdb-bench")) / f"questdb-{QUESTDB_VERSION}.jar"
-    use_questdb = not a.no_questdb and jar.exists() and shutil.which("java") is not None
+    use_questdb = not a.no_questdb and not a.only_results_out and jar.exists() and shutil.which("java") is not None
     if not a.no_questdb and not use_questdb:
         log(f"QuestDB skipped: need java and {jar} (tickdb bench report downloads it)")
     work = Path(tempfile.mkdtemp(prefix="tickdb-bench-query-"))
@@ -257,6 +434,17 @@ def main() -> int:
         load = {"tickdb": load_ilp(http, "tickdb", quotes, "quote") + load_ilp(http, "tickdb", trades, "trade")}
         wait_rows(http, "trade", a.rows, "select count(*) from {table}")
         wait_rows(http, "quote", a.rows, "select count(*) from {table}")
+
+        # Results out: the server's memory first, before any query leaves
+        # freed memory in its allocator that a buffered result could hide
+        # in; a fifth of the rows, then all of them.
+        n_out = min(len(quotes), STREAM_ROWS_MAX)
+        sql_out = STREAM_SQL.format(n=n_out)
+        n_small = max(1, n_out // 5)
+        rss = rss_check(tick.p.pid, pg, http, (n_small, n_out))
+        rss_sorted = rss_control(tick.p.pid, pg, n_out)
+        bounded = {name: runs[1][1].growth <= RSS_GROWTH_RATIO_MAX * max(runs[0][1].growth, 0) + RSS_SLACK_BYTES
+                   for name, runs in rss.items()}
 
         qhttp = None
         if use_questdb:
@@ -284,7 +472,7 @@ def main() -> int:
         results = {}
         hints: dict[str, str] = {}
         disagree: list[str] = []
-        for key, q in QUERIES.items():
+        for key, q in ({} if a.only_results_out else QUERIES).items():
             row = {}
             log(f"{key}: tickdb")
             row["tickdb"] = timed(lambda: http_exec(http, q["tickdb"]), a.repeats)
@@ -322,6 +510,28 @@ def main() -> int:
                 raise SystemExit(f"psql failed: {r.stderr.decode()}")
             stream_times.append(time.perf_counter() - t)
         stream_s = statistics.median(stream_times)
+
+        load_before = os.getloadavg()[0]
+        rates: dict[tuple[str, str, str], tuple[float, tuple]] = {}
+        for client, fmt, how in [("psycopg", "binary", "fetchall"), ("psycopg", "binary", "stream"),
+                                 ("psycopg", "text", "fetchall"), ("psycopg", "text", "stream"),
+                                 ("pyarrow", "Arrow IPC over HTTP", "stream"), ("pyarrow", "Arrow IPC over HTTP", "body")]:
+            if client == "psycopg":
+                fn = (lambda b, h: lambda c: pg_read(pg, sql_out, b, h, c))(fmt == "binary", how)
+            else:
+                fn = (lambda h: lambda c: arrow_read(http, sql_out, h))(how)
+            log(f"results out: {client} {fmt} ({how}) reads {n_out:,} rows")
+            rates[(client, fmt, how)] = rows_per_s(fn)
+            log(f"  {fmt_rate(rates[(client, fmt, how)][0])}, (rows, sum(bsize)) {rates[(client, fmt, how)][1]}")
+        load_after = os.getloadavg()[0]
+        want = con.execute(f"select count(*), sum(bsize) from (select bsize from quote limit {n_out})").fetchone()
+        answers = {" ".join(k): r[1] for k, r in rates.items()}
+        answers["DuckDB"] = (int(want[0]), int(want[1]))
+        out_agree = len(set(answers.values())) == 1
+        if not out_agree:
+            log(f"  WARNING: the clients disagree on rows or sum(bsize): {answers}")
+        best_pg_binary = max((k for k in rates if k[1] == "binary"), key=lambda k: rates[k][0])
+        best_arrow = max((k for k in rates if k[0] == "pyarrow"), key=lambda k: rates[k][0])
 
         md = [f"## SQL\n",
               f"Generated by `.venv/bin/python scripts/bench_query.py{' --quick' if a.quick else ''}` "
@@ -361,6 +571,63 @@ def main() -> int:
         md.append("Targets: the 5M x 5M ASOF JOIN 2x faster than QuestDB and 5x faster than DuckDB; "
                   "the single-symbol as-of join under 5 ms on a 50M-row RDB (here it runs on the loaded "
                   f"{2 * a.rows:,}-row RDB); 1M rows/s over PostgreSQL wire. Ratios above 1 mean tickdb is faster.\n")
+        md.append("### Results out\n")
+        md.append(f"`{sql_out}` read in full by each client in this process (medians of 3 reads after a checked "
+                  f"warm-up), wall time from sending the query to the last row in the client's hands. psycopg 3.3 "
+                  f"(C implementation, libpq {psycopg.pq.version()}) builds a Python tuple per row with its C loaders: "
+                  f"`fetchall` on a client-side cursor, or `cursor.stream` in chunked-rows mode "
+                  f"({PG_STREAM_CHUNK_ROWS:,} rows a chunk); binary results are `cursor(binary=True)`, text results "
+                  f"the default cursor (psycopg sends `stream` and binary queries through the extended protocol, a "
+                  f"text `execute` through the simple one). pyarrow reads "
+                  f"`GET /exec?format=arrow` with `pyarrow.ipc.open_stream`, over the response body as it arrives "
+                  f"(`requests` with `stream=True`, `.raw`) or over the whole body read first, into record batches "
+                  f"(columns, not Python objects), summing `bsize` per batch. `fetchall` keeps every row, and "
+                  f"Python's cyclic garbage collector walks the growing list as it fills: that, not the server, "
+                  f"is why it is slower than `stream`, which keeps none.\n")
+        how_read = {"fetchall": "`execute` + `fetchall`", "stream": "`cursor.stream`"}
+        md.append("| client | results | read with | rows/s |")
+        md.append("|---|---|---|---|")
+        for (client, fmt, how), (rate, _) in rates.items():
+            if client == "pyarrow":
+                read_with = "`open_stream` over the body as it arrives" if how == "stream" else "whole body, then `open_stream`"
+            else:
+                read_with = how_read[how]
+            md.append(f"| {client} | {fmt} | {read_with} | {fmt_rate(rate)} |")
+        md.append("")
+        md.append(f"The client and the server share the machine's {os.cpu_count()} cores with whatever else runs "
+                  f"(load average {load_before:.1f} before these reads, {load_after:.1f} after): psycopg's decoding "
+                  "takes one core and tickdb's encoding part of another, so the PG figures fall when other work "
+                  "takes either.\n")
+        md.append("Every client read " + (f"exactly {n_out:,} rows with sum(bsize) {answers['DuckDB'][1]:,}, as DuckDB "
+                                         "has for the same rows." if out_agree else
+                                         f"**not the same rows:** {answers}"))
+        md.append("")
+        md.append(f"Server memory: tickdb's VmRSS sampled every {RSS_SAMPLE_S * 1000:.0f} ms while one client reads "
+                  f"the first {n_small:,} and then all {n_out:,} rows (PG binary through psycopg `cursor.stream`, "
+                  f"Arrow with the body read as it arrives), right after loading and before any other query; "
+                  f"growth is the peak over the RSS just before the read. A server that gathered the result "
+                  f"before sending it would grow with the rows: about 44 bytes a row as Arrow, more as PG rows.\n")
+        md.append("| client | rows | idle RSS | peak RSS | growth |")
+        md.append("|---|---|---|---|---|")
+        for name, runs in rss.items():
+            for n, peak in runs:
+                md.append(f"| {name} | {n:,} | {fmt_mib(peak.idle)} | {fmt_mib(peak.peak)} | {fmt_mib(peak.growth)} |")
+        md.append(f"| control: PG binary, the same rows `order by bid` (the sort holds them all) | {n_out:,} | "
+                  f"{fmt_mib(rss_sorted.idle)} | {fmt_mib(rss_sorted.peak)} | {fmt_mib(rss_sorted.growth)} |")
+        md.append("")
+
+        def verdict(ok: bool) -> str:
+            return "met" if ok else "**missed**"
+
+        md.append(f"Targets: PostgreSQL wire with binary results at least {PG_BINARY_ROWS_PER_S_TARGET / 1e6:.0f}M rows/s "
+                  f"to psycopg: {fmt_rate(rates[best_pg_binary][0])} (`{best_pg_binary[2]}`), "
+                  f"{verdict(rates[best_pg_binary][0] >= PG_BINARY_ROWS_PER_S_TARGET)}. "
+                  f"HTTP Arrow at least {ARROW_ROWS_PER_S_TARGET / 1e6:.0f}M rows/s to pyarrow: "
+                  f"{fmt_rate(rates[best_arrow][0])} ({'body streamed' if best_arrow[2] == 'stream' else 'whole body'}), "
+                  f"{verdict(rates[best_arrow][0] >= ARROW_ROWS_PER_S_TARGET)}. "
+                  f"Memory bounded (growth reading all {n_out:,} rows at most {RSS_GROWTH_RATIO_MAX:.0f}x the growth "
+                  f"reading {n_small:,}, plus {fmt_mib(RSS_SLACK_BYTES)}): "
+                  + ", ".join(f"{name} {verdict(ok)}" for name, ok in bounded.items()) + ".\n")
         text = "\n".join(md) + "\n"
         if a.append:
             with open(a.append, "a") as f:

@@ -12,6 +12,9 @@
 //!   gets exactly what HTTP gets: readiness, admission, the statement
 //!   limits, the ASOF JOIN rewrite, read-only checks, and the time and
 //!   memory limits, with the session's `statement_timeout` when shorter.
+//! - `encode_rows` encodes a query's rows, a batch at a time, in the text
+//!   or binary formats the client asked for (the library's encoder for
+//!   the column types it does not cover).
 //! - `TickErrors` turns DataFusion errors into Postgres errors with a
 //!   SQLSTATE a client can branch on and the position in the message.
 //! - `TickStartup` is password authentication (MD5, which psql, psycopg and
@@ -22,6 +25,7 @@
 
 mod cancel;
 mod connection;
+mod encode_rows;
 mod framing;
 
 pub use connection::ConnLimits;
@@ -35,13 +39,13 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::ast::Statement;
 use datafusion::sql::sqlparser::parser::ParserError;
-use datafusion_postgres::arrow_pg::datatypes::df::encode_dataframe;
 use datafusion_postgres::hooks::cursor::CursorStatementHook;
 use datafusion_postgres::hooks::set_show::SetShowHook;
 use datafusion_postgres::hooks::transactions::TransactionStatementHook;
 use datafusion_postgres::hooks::HookClient;
 use datafusion_postgres::pgwire;
 use datafusion_postgres::{DfSessionService, QueryHook};
+use encode_rows::encode_dataframe;
 use futures::Sink;
 use futures::{SinkExt, StreamExt};
 use pgwire::api::auth::md5pass::{hash_md5_password, Md5PasswordAuthStartupHandler};
@@ -371,20 +375,21 @@ impl QueryHook for TickHook {
         )
     }
 
-    /// Execution of a prepared plan stays with the library, which binds
-    /// the parameters and honours the result formats the client asked
-    /// for; the plan it runs is ours (rewritten and checked at parse), and
-    /// `WithPositions` runs it inside the statement's context (readiness,
-    /// admission, deadline, cancel).
+    /// The library binds the parameters of a prepared plan (ours,
+    /// rewritten and checked at parse); a query then runs here with its
+    /// rows in the formats of the portal `WithPositions` offered
+    /// (`encode_rows`), anything else with the library. `WithPositions`
+    /// runs both inside the statement's context (readiness, admission,
+    /// deadline, cancel).
     async fn handle_extended_query(
         &self,
-        _statement: &Statement,
-        _plan: &LogicalPlan,
-        _params: &ParamValues,
-        _session: &SessionContext,
-        _client: &mut dyn HookClient,
+        statement: &Statement,
+        plan: &LogicalPlan,
+        params: &ParamValues,
+        session: &SessionContext,
+        client: &mut dyn HookClient,
     ) -> Option<PgWireResult<Response>> {
-        None
+        encode_rows::execute_query(statement, plan, params, session, client).await
     }
 }
 
@@ -780,9 +785,12 @@ impl ExtendedQueryHandler for WithPositions {
         // physical planner finds this statement's context in the task.
         let ctx = start_query(&self.engine, client);
         let permit = self.engine.enter(&ctx).await.map_err(|e| pg_error(&e))?;
+        encode_rows::offer_portal_format(client, Some(portal.result_column_format.clone()));
         let run = ExtendedQueryHandler::do_query(self.inner.as_ref(), client, portal, max_rows);
         let run = crate::pool::off_worker(CURRENT_QUERY.scope(ctx.clone(), run));
-        match run.await {
+        let done = run.await;
+        encode_rows::offer_portal_format(client, None);
+        match done {
             Ok(Response::Query(q)) => Ok(Response::Query(guarded(q, permit, ctx))),
             Ok(other) => Ok(other),
             Err(e) => Err(classify(e, &ctx)),
