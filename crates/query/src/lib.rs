@@ -23,6 +23,8 @@ pub mod pg;
 pub mod pgfns;
 pub mod pool;
 pub mod provider;
+mod sym_order;
+mod sym_scan;
 pub mod udf;
 
 pub use context::QueryCtx;
@@ -241,6 +243,7 @@ impl QueryEngine {
             .with_runtime_env(runtime)
             .with_default_features()
             .with_query_planner(Arc::new(asof::TickQueryPlanner::new(opts.timeout)))
+            .with_physical_optimizer_rule(Arc::new(sym_order::SymbolAggregateRule))
             .build();
         let ctx = SessionContext::new_with_state(state);
         let pool = pool::QueryPool::new(opts.threads, opts.concurrency, opts.queue_max)?;

@@ -439,6 +439,14 @@ impl TableProvider for TickTable {
         let source = MemorySourceConfig::try_new(&partitions, schema, None)?
             .with_show_sizes(false)
             .with_limit(limit);
-        Ok(datafusion::datasource::source::DataSourceExec::from_data_source(source))
+        let inner = datafusion::datasource::source::DataSourceExec::from_data_source(source);
+        Ok(Arc::new(crate::sym_scan::TickScanExec::new(
+            inner,
+            snap,
+            pruning,
+            projection,
+            batch_rows,
+            self.target_partitions,
+        )))
     }
 }

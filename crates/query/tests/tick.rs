@@ -406,6 +406,97 @@ async fn latest_row_per_symbol_through_the_index() {
     assert!(err.to_string().contains("no such table"), "{err}");
 }
 
+/// One-second bars per symbol, computed without DataFusion's shuffle (each
+/// partition holds whole symbols), against brute force: over sealed chunks
+/// and the active one, with symbol and time filters, and the plan checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bars_per_symbol_group_without_a_shuffle() {
+    let mut trades = gen_trades(150_000);
+    // Unique times, so that first and last are well defined.
+    for (i, t) in trades.iter_mut().enumerate() {
+        if i % 17 == 0 {
+            t.time += 1;
+        }
+    }
+    let e = engine(store_with(&trades));
+    let lo = T0 + 20_000 * 1_000_000;
+    let filters = [
+        ("TRUE".to_string(), None, i64::MIN),
+        (
+            "sym IN ('IBM', 'AAPL')".to_string(),
+            Some(["IBM", "AAPL"]),
+            i64::MIN,
+        ),
+        (format!("time >= to_timestamp_nanos({lo})"), None, lo),
+    ];
+    for (filter, syms, from) in filters {
+        // (sym, bucket) -> (first (time, price), high, low, last, volume, count)
+        type Bar = (
+            (i64, Option<f64>),
+            Option<f64>,
+            Option<f64>,
+            (i64, Option<f64>),
+            i64,
+            i64,
+        );
+        let mut bars: BTreeMap<(&str, i64), Bar> = BTreeMap::new();
+        for t in &trades {
+            if syms.is_some_and(|s| !s.contains(&t.sym)) || t.time < from {
+                continue;
+            }
+            let b = t.time.div_euclid(1_000_000_000) * 1_000_000_000;
+            let e = bars.entry((t.sym, b)).or_insert((
+                (i64::MAX, None),
+                None,
+                None,
+                (i64::MIN, None),
+                0,
+                0,
+            ));
+            if t.time < e.0 .0 {
+                e.0 = (t.time, t.price);
+            }
+            if t.time > e.3 .0 {
+                e.3 = (t.time, t.price);
+            }
+            if let Some(p) = t.price {
+                e.1 = Some(e.1.map_or(p, |h: f64| h.max(p)));
+                e.2 = Some(e.2.map_or(p, |l: f64| l.min(p)));
+            }
+            e.4 += t.size;
+            e.5 += 1;
+        }
+        let want: Vec<Value> = bars
+            .iter()
+            .map(|((s, b), (o, h, l, c, v, n))| {
+                json!([s, encode::rfc3339_nanos(*b), o.1, h, l, c.1, v, n])
+            })
+            .collect();
+        let sql = format!(
+            "SELECT sym, time_bucket(INTERVAL '1 second', time) AS b, \
+             first(price ORDER BY time) AS o, max(price) AS h, min(price) AS l, \
+             last(price ORDER BY time) AS c, sum(size) AS v, count(*) AS n \
+             FROM trade WHERE {filter} GROUP BY b, sym ORDER BY sym, b"
+        );
+        assert_eq!(rows(&e, &sql).await, want, "{filter}");
+        let plan = format!("{:?}", rows(&e, &format!("EXPLAIN {sql}")).await);
+        assert!(plan.contains("mode=SinglePartitioned"), "{filter}: {plan}");
+        assert!(plan.contains("SymScanExec"), "{filter}: {plan}");
+        assert!(!plan.contains("RepartitionExec"), "{filter}: {plan}");
+    }
+    // Not grouped by the symbol column itself: planned as DataFusion does.
+    let plan = format!(
+        "{:?}",
+        rows(
+            &e,
+            "EXPLAIN SELECT time_bucket(INTERVAL '1 second', time) AS b, lower(sym) AS s, \
+             count(*) FROM trade GROUP BY b, s"
+        )
+        .await
+    );
+    assert!(!plan.contains("mode=SinglePartitioned"), "{plan}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vwap_and_buckets() {
     let trades = gen_trades(100_000);
