@@ -48,12 +48,14 @@ use std::sync::Arc;
 #[derive(Debug, Default)]
 pub struct SymbolAggregateRule;
 
+/// A scan, the index of its symbol column at the top of the chain, and the
+/// chain of projections and filters above it (top first).
+type ScanBelow<'a> = (&'a TickScanExec, usize, Vec<Arc<dyn ExecutionPlan>>);
+
 /// The scan under a partial aggregate, through projections and filters
 /// that keep the symbol column a plain column; and the index the symbol
 /// column has at the aggregate's input.
-fn scan_below(
-    plan: &Arc<dyn ExecutionPlan>,
-) -> Option<(&TickScanExec, usize, Vec<Arc<dyn ExecutionPlan>>)> {
+fn scan_below(plan: &Arc<dyn ExecutionPlan>) -> Option<ScanBelow<'_>> {
     // The chain from the aggregate's input down to (not including) the scan.
     let mut chain: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
     let mut at = plan;

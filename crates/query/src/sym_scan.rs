@@ -24,6 +24,7 @@ use datafusion::arrow::datatypes::{
 };
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{Result, Statistics};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::{
@@ -37,6 +38,7 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
     ReplaceChildrenOptions,
 };
+use futures::StreamExt;
 use std::fmt;
 use std::sync::Arc;
 use tickdb_core::store::{SymIndex, TableSnapshot};
@@ -355,111 +357,158 @@ impl ExecutionPlan for SymScanExec {
     fn execute(
         &self,
         partition: usize,
-        _ctx: Arc<TaskContext>,
+        ctx: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let batches = SymBatches {
-            layout: self.layout.clone(),
-            part: partition,
-            next: 0,
-        };
+        let layout = self.layout.clone();
+        let reservation =
+            MemoryConsumer::new(format!("SymScanExec[{partition}]")).register(ctx.memory_pool());
+        // The gather runs when the partition is first polled, on the
+        // thread that reads it.
+        let batches = futures::stream::once(async move {
+            let mut reservation = reservation;
+            let out = gather_partition(&layout, partition, &mut reservation);
+            futures::stream::iter(match out {
+                Ok(batches) => batches.into_iter().map(Ok).collect::<Vec<_>>(),
+                Err(e) => vec![Err(e)],
+            })
+            .map(move |b| {
+                // Held until the last batch is read.
+                let _ = &reservation;
+                b
+            })
+        })
+        .flatten();
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             self.layout.schema.clone(),
-            futures::stream::iter(batches),
+            batches,
         )))
     }
 }
 
-/// One partition's batches, gathered as they are read: whole symbols
-/// until a batch holds `batch_rows` rows (a symbol with more rows than
-/// that makes one batch of its own).
-struct SymBatches {
-    layout: Arc<SymLayout>,
+/// One partition's rows, gathered chunk by chunk into their places in
+/// symbol order: `(symbol, chunk)` blocks laid out by prefix sums, then
+/// each chunk's rows of the partition's symbols copied in one pass over
+/// the chunk (a symbol-by-symbol gather would jump between chunks for
+/// every few rows and miss the cache on most of them). Cut into batches
+/// of `batch_rows` rows.
+fn gather_partition(
+    l: &SymLayout,
     part: usize,
-    next: usize,
-}
-
-impl Iterator for SymBatches {
-    type Item = Result<RecordBatch>;
-
-    fn next(&mut self) -> Option<Result<RecordBatch>> {
-        let l = &self.layout;
-        let ids = l.parts.get(self.part)?;
-        if self.next >= ids.len() {
-            return None;
-        }
-        let mut take: Vec<(u32, u32)> = Vec::with_capacity(l.batch_rows);
-        let mut keys: Vec<u32> = Vec::with_capacity(l.batch_rows);
-        while let Some(&id) = ids.get(self.next) {
-            if take.len() >= l.batch_rows {
-                break;
-            }
-            let before = take.len();
-            for (c, ix) in l.indexes.iter().enumerate() {
-                take.extend(ix.rows(id).iter().map(|&r| (c as u32, r)));
-            }
-            keys.resize(keys.len() + (take.len() - before), l.rank[id as usize]);
-            self.next += 1;
-        }
-        Some(gather(l, &take, keys))
+    reservation: &mut MemoryReservation,
+) -> Result<Vec<RecordBatch>> {
+    let Some(ids) = l.parts.get(part) else {
+        return Ok(Vec::new());
+    };
+    // slot[id]: the symbol's place in this partition's (name) order.
+    let mut slot = vec![u32::MAX; l.rank.len()];
+    for (i, &id) in ids.iter().enumerate() {
+        slot[id as usize] = i as u32;
     }
-}
-
-/// One batch: each column gathered from the chunks at `take`, but the
-/// symbol column, which is its keys over the sorted dictionary.
-fn gather(l: &SymLayout, take: &[(u32, u32)], keys: Vec<u32>) -> Result<RecordBatch> {
+    let n_chunks = l.indexes.len();
+    // offset[symbol * n_chunks + chunk]: where that block starts.
+    let mut offset = vec![0usize; ids.len() * n_chunks + 1];
+    for (c, ix) in l.indexes.iter().enumerate() {
+        for (id, rows) in ix.groups() {
+            if let Some(&s) = slot.get(id as usize).filter(|&&s| s != u32::MAX) {
+                offset[s as usize * n_chunks + c + 1] = rows.len();
+            }
+        }
+    }
+    for i in 1..offset.len() {
+        offset[i] += offset[i - 1];
+    }
+    let total = offset[offset.len() - 1];
+    let row_bytes: usize = l
+        .schema
+        .fields()
+        .iter()
+        .map(|f| f.data_type().primitive_width().unwrap_or(16))
+        .sum();
+    reservation.try_grow(total * row_bytes)?;
+    let mut keys = vec![0u32; total];
+    for (s, &id) in ids.iter().enumerate() {
+        let (from, to) = (offset[s * n_chunks], offset[(s + 1) * n_chunks]);
+        keys[from..to].fill(l.rank[id as usize]);
+    }
+    // Each (chunk, symbol) block of the partition: the chunk, where its
+    // rows go, and the rows.
+    let blocks = |f: &mut dyn FnMut(usize, usize, &[u32])| {
+        for (c, ix) in l.indexes.iter().enumerate() {
+            for (id, rows) in ix.groups() {
+                if let Some(&s) = slot.get(id as usize).filter(|&&s| s != u32::MAX) {
+                    f(c, offset[s as usize * n_chunks + c], rows);
+                }
+            }
+        }
+    };
     let mut cols: Vec<ArrayRef> = Vec::with_capacity(l.schema.fields().len());
-    for c in 0..l.schema.fields().len() {
-        if c == l.sym {
+    for col in 0..l.schema.fields().len() {
+        if col == l.sym {
             let d = DictionaryArray::<UInt32Type>::try_new(
-                UInt32Array::from(keys.clone()),
+                UInt32Array::from(std::mem::take(&mut keys)),
                 l.names.clone(),
             )?;
             cols.push(Arc::new(d));
             continue;
         }
-        let arrays: Vec<&dyn Array> = l.chunks.iter().map(|b| b.column(c).as_ref()).collect();
+        let arrays: Vec<&dyn Array> = l.chunks.iter().map(|b| b.column(col).as_ref()).collect();
         let fast = match arrays.first().map(|a| a.data_type()) {
             _ if arrays.iter().any(|a| a.null_count() > 0) => None,
-            Some(DataType::Int64) => gather_primitive::<Int64Type>(&arrays, take),
-            Some(DataType::Float64) => gather_primitive::<Float64Type>(&arrays, take),
-            Some(DataType::Int32) => gather_primitive::<Int32Type>(&arrays, take),
+            Some(DataType::Int64) => place_primitive::<Int64Type>(&arrays, total, &blocks),
+            Some(DataType::Float64) => place_primitive::<Float64Type>(&arrays, total, &blocks),
+            Some(DataType::Int32) => place_primitive::<Int32Type>(&arrays, total, &blocks),
             Some(DataType::Timestamp(TimeUnit::Nanosecond, _)) => {
-                gather_primitive::<TimestampNanosecondType>(&arrays, take)
+                place_primitive::<TimestampNanosecondType>(&arrays, total, &blocks)
             }
             _ => None,
         };
         cols.push(match fast {
             Some(a) => a,
             None => {
-                let pairs: Vec<(usize, usize)> = take
-                    .iter()
-                    .map(|&(c, r)| (c as usize, r as usize))
-                    .collect();
+                let mut pairs = vec![(0usize, 0usize); total];
+                blocks(&mut |c, at, rows| {
+                    for (p, &r) in pairs[at..at + rows.len()].iter_mut().zip(rows) {
+                        *p = (c, r as usize);
+                    }
+                });
                 interleave(&arrays, &pairs)?
             }
         });
     }
-    Ok(RecordBatch::try_new_with_options(
+    let whole = RecordBatch::try_new_with_options(
         l.schema.clone(),
         cols,
-        &RecordBatchOptions::new().with_row_count(Some(take.len())),
-    )?)
+        &RecordBatchOptions::new().with_row_count(Some(total)),
+    )?;
+    let step = l.batch_rows.max(1);
+    Ok((0..total)
+        .step_by(step)
+        .map(|at| whole.slice(at, step.min(total - at)))
+        .collect())
 }
 
-/// A primitive column without nulls, gathered value by value (arrow's
-/// `interleave` goes through a generic path several times slower).
-fn gather_primitive<T: ArrowPrimitiveType>(
+/// Calls its argument once per (chunk, symbol) block of a partition:
+/// (chunk, the block's place in the output, the block's rows).
+type Blocks<'a> = dyn Fn(&mut dyn FnMut(usize, usize, &[u32])) + 'a;
+
+/// A primitive column without nulls, each block of values copied to its
+/// place (a block at a time: the per-row loop has no call in it).
+fn place_primitive<T: ArrowPrimitiveType>(
     arrays: &[&dyn Array],
-    take: &[(u32, u32)],
+    total: usize,
+    blocks: &Blocks<'_>,
 ) -> Option<ArrayRef> {
     let values: Vec<&[T::Native]> = arrays
         .iter()
         .map(|a| a.as_primitive_opt::<T>().map(|p| p.values().as_ref()))
         .collect::<Option<_>>()?;
-    let mut out: Vec<T::Native> = Vec::with_capacity(take.len());
-    for &(c, r) in take {
-        out.push(*values.get(c as usize)?.get(r as usize)?);
-    }
+    let mut out: Vec<T::Native> = vec![T::Native::default(); total];
+    blocks(&mut |c, at, rows| {
+        let vals = values[c];
+        for (d, &r) in out[at..at + rows.len()].iter_mut().zip(rows) {
+            *d = vals[r as usize];
+        }
+    });
     let dt = arrays.first()?.data_type().clone();
     Some(Arc::new(
         PrimitiveArray::<T>::new(out.into(), None).with_data_type(dt),

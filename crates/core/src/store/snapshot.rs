@@ -189,6 +189,17 @@ impl SymIndex {
     pub fn symbols(&self) -> usize {
         self.n_ids
     }
+
+    /// Each symbol id present, ascending, with its rows: a walk over the
+    /// whole index without a search per id.
+    pub fn groups(&self) -> impl Iterator<Item = (u32, &[u32])> {
+        let w = self.words();
+        let n = if w.is_empty() { 0 } else { self.n_ids };
+        (0..n).map(move |i| {
+            let (from, to) = (w[n + i] as usize, w[n + i + 1] as usize);
+            (w[i], &w[2 * n + 1 + from..2 * n + 1 + to])
+        })
+    }
 }
 
 #[cfg(test)]
@@ -217,11 +228,16 @@ mod sym_index_tests {
             distinct.sort_unstable();
             distinct.dedup();
             assert_eq!(ix.symbols(), distinct.len());
+            let ids: Vec<u32> = ix.groups().map(|(id, _)| id).collect();
+            assert_eq!(ids, distinct, "groups in id order, spread {spread}");
             for id in distinct.iter().copied().chain([u32::MAX]) {
                 let want: Vec<u32> = (0..keys.len() as u32)
                     .filter(|&r| keys[r as usize] == id)
                     .collect();
                 assert_eq!(ix.rows(id), want.as_slice(), "spread {spread} id {id}");
+                if let Some((_, rows)) = ix.groups().find(|(g, _)| *g == id) {
+                    assert_eq!(rows, want.as_slice(), "groups, id {id}");
+                }
                 assert_eq!(placed.rows(id), want.as_slice(), "placed, id {id}");
             }
         }
