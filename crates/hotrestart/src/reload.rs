@@ -10,7 +10,12 @@
 //! deleted; an `.active` chunk with a torn tail is truncated to its last valid
 //! record, fsynced, reported and sealed. Corruption in a sealed chunk is an error.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
+
+// Per-chunk accounting is updated once per superseded record and once per live
+// key: hashbrown's default hasher (foldhash) costs a fraction of std's SipHash
+// there, and chunk seqs come from our own files, not from the network.
+use hashbrown::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -45,6 +50,17 @@ pub const PARTITION_QUEUE_BATCHES: usize = 16;
 /// Bytes a reader asks for per read(): one sequential I/O, and the size of
 /// the buffer each reader reuses (it grows only for a larger record).
 pub const RELOAD_READ_BYTES: usize = 4 * 1024 * 1024;
+/// Emptied batches a partition hands back for readers to refill: recycling
+/// them spares a reader growing a fresh `Vec` per batch and a partition
+/// freeing memory another thread's malloc arena owns (a contended lock).
+pub const RELOAD_SPARE_BATCHES: usize = 16;
+/// Most entries a partition reserves up front from its estimate (below): the
+/// estimate comes from file sizes, so a store of tiny records must not make
+/// reload reserve more than this before it has seen the keys. An estimate
+/// that is too large (a store mostly garbage) costs address space more than
+/// RAM: the map writes its control bytes (one per slot) at once, but the
+/// slots' pages only as entries land in them.
+pub const RELOAD_RESERVE_ENTRIES_MAX: usize = 16 * 1024 * 1024;
 
 /// A torn tail found (and cut) at reload.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -393,9 +409,20 @@ struct ReaderCtx<'a> {
     pb: &'a ProgressBar,
 }
 
-fn reader(ctx: &ReaderCtx<'_>, txs: Vec<Sender<PartMsg>>) -> Result<(Vec<FileResult>, Vec<PtRec>)> {
+fn reader(
+    ctx: &ReaderCtx<'_>,
+    txs: Vec<Sender<PartMsg>>,
+    spares: Receiver<Vec<Rec>>,
+) -> Result<(Vec<FileResult>, Vec<PtRec>)> {
     let n = txs.len();
-    let mut batches: Vec<Vec<Rec>> = (0..n).map(|_| Vec::new()).collect();
+    // A batch is refilled from an emptied one when a partition has handed one
+    // back, and allocated at its full size otherwise (never grown push by push).
+    let fresh = || {
+        spares
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(RELOAD_BATCH_RECORDS))
+    };
+    let mut batches: Vec<Vec<Rec>> = (0..n).map(|_| fresh()).collect();
     let mut batch_bytes = vec![0usize; n];
     let mut files = Vec::new();
     let mut pts = Vec::new();
@@ -415,7 +442,7 @@ fn reader(ctx: &ReaderCtx<'_>, txs: Vec<Sender<PartMsg>>) -> Result<(Vec<FileRes
                 if batches[p].len() >= RELOAD_BATCH_RECORDS || batch_bytes[p] >= RELOAD_BATCH_BYTES
                 {
                     batch_bytes[p] = 0;
-                    let b = std::mem::take(&mut batches[p]);
+                    let b = std::mem::replace(&mut batches[p], fresh());
                     send_err |= txs[p].send(PartMsg::Batch(b)).is_err();
                 }
             },
@@ -446,14 +473,38 @@ fn add_garbage(g: &mut HashMap<u64, (u64, u64)>, chunk: u64, size: u32) {
     e.1 += 1;
 }
 
-fn partition(rx: Receiver<PartMsg>) -> Option<PartOut> {
+/// `bytes_total`: the bytes of every chunk file, from which the first batch
+/// estimates how many records reach this partition (`nparts` of them), so that
+/// the map is sized once instead of rehashing every key log2(n) times as it
+/// grows. Records include superseded ones, so the estimate errs on the large side.
+fn partition(
+    rx: Receiver<PartMsg>,
+    spares: Sender<Vec<Rec>>,
+    bytes_total: u64,
+    nparts: usize,
+) -> Option<PartOut> {
     let mut out = PartOut::default();
+    let mut reserved = false;
     loop {
         match rx.recv() {
-            Ok(PartMsg::Batch(recs)) => {
-                for r in recs {
+            Ok(PartMsg::Batch(mut recs)) => {
+                if !reserved {
+                    reserved = true;
+                    let batch_bytes: u64 = recs.iter().map(|r| r.size as u64).sum();
+                    if let Some(est) = bytes_total
+                        .saturating_mul(recs.len() as u64)
+                        .checked_div(batch_bytes)
+                    {
+                        let per_part = est / nparts.max(1) as u64;
+                        let per_part = usize::try_from(per_part).unwrap_or(usize::MAX);
+                        out.map.reserve(per_part.min(RELOAD_RESERVE_ENTRIES_MAX));
+                    }
+                }
+                for r in recs.drain(..) {
                     upsert(&mut out, r);
                 }
+                // Full or not wanted any more: the reader allocates another.
+                let _ = spares.try_send(recs);
             }
             Ok(PartMsg::Finish(pts)) => {
                 finish(&mut out, &pts);
@@ -596,6 +647,7 @@ type PipelineOut = (Vec<FileResult>, Vec<PtRec>, Vec<PtRec>, Vec<PartOut>);
 
 fn run_pipeline(dir: &Path, jobs: &[Job], cfg: &Config, pb: &ProgressBar) -> Result<PipelineOut> {
     let nparts = cfg.partitions;
+    let bytes_total: u64 = jobs.iter().map(|j| j.size).sum();
     let next = AtomicUsize::new(0);
     let records = AtomicU64::new(0);
     let ctx = ReaderCtx {
@@ -608,22 +660,25 @@ fn run_pipeline(dir: &Path, jobs: &[Job], cfg: &Config, pb: &ProgressBar) -> Res
     std::thread::scope(|s| {
         let mut txs = Vec::with_capacity(nparts);
         let mut parts = Vec::with_capacity(nparts);
+        let (spare_tx, spare_rx) = crossbeam_channel::bounded::<Vec<Rec>>(RELOAD_SPARE_BATCHES);
         for i in 0..nparts {
             let (tx, rx) = crossbeam_channel::bounded::<PartMsg>(PARTITION_QUEUE_BATCHES);
             txs.push(tx);
+            let spare_tx = spare_tx.clone();
             let h = std::thread::Builder::new()
                 .name(format!("hr-reload-part-{i}"))
-                .spawn_scoped(s, move || partition(rx))
+                .spawn_scoped(s, move || partition(rx, spare_tx, bytes_total, nparts))
                 .map_err(spawn_err)?;
             parts.push(h);
         }
         let mut readers = Vec::with_capacity(cfg.parallelism);
         for i in 0..cfg.parallelism {
             let txs = txs.clone();
+            let spare_rx = spare_rx.clone();
             let ctx = &ctx;
             let h = std::thread::Builder::new()
                 .name(format!("hr-reload-read-{i}"))
-                .spawn_scoped(s, move || reader(ctx, txs))
+                .spawn_scoped(s, move || reader(ctx, txs, spare_rx))
                 .map_err(spawn_err)?;
             readers.push(h);
         }

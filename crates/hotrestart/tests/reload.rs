@@ -233,3 +233,60 @@ fn metadata_and_lock() {
     assert_eq!(store.meta_u64(b"applied"), Some(7));
     assert_eq!(store.get(b"t/x"), Some(b"y".to_vec()));
 }
+
+/// Many batches per partition, so that emptied batches go back to the readers
+/// and are refilled, and record sizes that make each partition's first batch
+/// a poor estimate of the map's size (too small in one store, too large in
+/// the other): the reloaded contents must not depend on either.
+#[test]
+fn recycled_batches_and_misleading_size_estimates_reload_the_same_contents() {
+    use std::collections::BTreeMap;
+    use tickdb_hotrestart::RELOAD_BATCH_RECORDS;
+    let seed = common::seed("recycled_batches_and_misleading_size_estimates");
+    let mut rng = StdRng::seed_from_u64(seed);
+    // Records enough for several full batches in each of two partitions.
+    let small = (RELOAD_BATCH_RECORDS * 6) as u32;
+    for big_first in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            chunk_size_bytes: 4 * 1024 * 1024,
+            parallelism: 2,
+            partitions: 2,
+            ..common::small_config()
+        };
+        let (store, _) = Store::open(dir.path(), cfg.clone()).unwrap();
+        let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        let big = |store: &Store, model: &mut BTreeMap<_, _>| {
+            for i in 0..200u32 {
+                let (k, v) = (format!("b/{i}").into_bytes(), vec![i as u8; 16 * 1024]);
+                store.put(&k, &v).unwrap();
+                model.insert(k, v);
+            }
+        };
+        if big_first {
+            big(&store, &mut model);
+        }
+        for i in 0..small {
+            let k = format!("s/{}", rng.random_range(0..small / 2)).into_bytes();
+            if rng.random_range(0..10) == 0 {
+                store.remove(&k).unwrap();
+                model.remove(&k);
+            } else {
+                let v = i.to_le_bytes().to_vec();
+                store.put(&k, &v).unwrap();
+                model.insert(k, v);
+            }
+        }
+        if !big_first {
+            big(&store, &mut model);
+        }
+        store.close().unwrap();
+        let (store, report) = Store::open(dir.path(), cfg).unwrap();
+        // At least two full batches per partition went through.
+        assert!(
+            report.records_loaded > 4 * RELOAD_BATCH_RECORDS as u64,
+            "{report:?}"
+        );
+        assert!(common::dump(&store) == model, "big_first {big_first}");
+    }
+}

@@ -37,6 +37,12 @@ use tickdb_hotrestart::{Key, Store as HotStore, Value};
 
 /// Keyed rows applied per batch while restoring.
 const RESTORE_ROWS_PER_APPLY: usize = tickdb_core::store::CHUNK_ROWS_MAX;
+/// Segments an append table's decoder thread may run ahead of the thread
+/// applying them (each at most `SEGMENT_BYTES_MAX` of rows). Decoding a
+/// segment (allocating and filling a `Batch`) costs about what applying it
+/// does, so with the decoder one segment ahead the two overlap; a few more
+/// absorb the variation between segments without holding much memory.
+const RESTORE_DECODE_AHEAD_SEGMENTS: usize = 4;
 
 /// What a restore did.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -217,27 +223,53 @@ fn restore_table(
             // Key order is row order (big-endian first_row).
             let mut spans: Vec<(Key, u64, u64)> = Vec::with_capacity(w.records.len());
             let mut expected = 0u64;
-            for (k, v) in w.records {
-                let Some(RecordKey::Segment { first_row, .. }) = keys::parse(&k) else {
-                    return Err(RdbError::Restore(format!(
-                        "table '{}' is an append table but holds a keyed row record",
-                        def.name
-                    )));
-                };
-                if first_row != expected {
-                    return Err(RdbError::Restore(format!(
-                        "table '{}': rows {expected}..{first_row} are missing from the hot restart store",
-                        def.name
-                    )));
+            let (rec_keys, values): (Vec<Key>, Vec<Value>) = w.records.into_iter().unzip();
+            // Segments are decoded on a thread of their own, in order, while
+            // this one applies them (apply must see rows in order). Errors
+            // arrive in record order, so the first bad record is reported as
+            // before; if this thread stops early, dropping the receiver ends
+            // the decoder at its next send.
+            std::thread::scope(|s| -> Result<(), RdbError> {
+                let (tx, rx) = crossbeam_channel::bounded(RESTORE_DECODE_AHEAD_SEGMENTS);
+                let table = def.name.as_str();
+                s.spawn(move || {
+                    for v in values {
+                        let decoded = decode_segment(table, &v.bytes(), schema);
+                        // The reloaded bytes are not needed once decoded.
+                        drop(v);
+                        if tx.send(decoded).is_err() {
+                            break;
+                        }
+                    }
+                });
+                for k in rec_keys {
+                    let Some(RecordKey::Segment { first_row, .. }) = keys::parse(&k) else {
+                        return Err(RdbError::Restore(format!(
+                            "table '{}' is an append table but holds a keyed row record",
+                            def.name
+                        )));
+                    };
+                    if first_row != expected {
+                        return Err(RdbError::Restore(format!(
+                            "table '{}': rows {expected}..{first_row} are missing from the hot restart store",
+                            def.name
+                        )));
+                    }
+                    let batch = rx.recv().map_err(|_| {
+                        RdbError::Restore(format!(
+                            "table '{}': the segment decoder stopped early",
+                            def.name
+                        ))
+                    })??;
+                    let n = batch.rows as u64;
+                    store.apply(&batch).map_err(fail)?;
+                    drop(batch);
+                    spans.push((k, first_row, n));
+                    expected += n;
+                    progress(n);
                 }
-                let batch = decode_segment(&def.name, &v.bytes(), schema)?;
-                drop(v);
-                let n = batch.rows as u64;
-                store.apply(&batch).map_err(fail)?;
-                spans.push((k, first_row, n));
-                expected += n;
-                progress(n);
-            }
+                Ok(())
+            })?;
             if expected != want_rows {
                 return Err(RdbError::Restore(format!(
                     "table '{}': the checkpoint holds {want_rows} rows, the store {expected}",
@@ -326,5 +358,107 @@ fn restore_table(
                 records,
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::meta::TableMeta;
+    use super::*;
+    use tickdb_core::batch::{BatchBuilder, Value as Cell};
+    use tickdb_core::codec;
+    use tickdb_core::domain::Domains;
+    use tickdb_core::Schema;
+    use tickdb_hotrestart::{Config, GcConfig};
+
+    const SCHEMA: &str = r#"
+[[table]]
+name = "trade"
+column = [
+  { name = "time", type = "timestamp" },
+  { name = "sym", type = "symbol" },
+  { name = "price", type = "f64" },
+]
+"#;
+
+    /// A segment value of `rows` rows starting at `first`.
+    fn segment(schema: &Schema, first: u64, rows: u64) -> Vec<u8> {
+        let mut b = BatchBuilder::new(schema.table("trade").unwrap());
+        for r in first..first + rows {
+            b.set(0, Cell::Timestamp(r as i64));
+            b.set(1, Cell::Symbol(if r % 2 == 0 { "A" } else { "B" }));
+            b.set(2, Cell::F64(r as f64));
+            b.end_row();
+        }
+        let mut out = Vec::new();
+        codec::encode(&[b.finish()], &mut out);
+        out
+    }
+
+    /// Restores a store holding `segments` ((first_row, value)) under a
+    /// checkpoint of `rows` rows of `trade`.
+    fn restore_segments(segments: &[(u64, Vec<u8>)], rows: u64) -> Result<u64, RdbError> {
+        let schema = Arc::new(Schema::parse(SCHEMA, "test").unwrap());
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            fsync: false,
+            gc: GcConfig {
+                enabled: false,
+                ..GcConfig::default()
+            },
+            ..Config::default()
+        };
+        let (hs, _) = HotStore::open(dir.path(), cfg).unwrap();
+        for (first, v) in segments {
+            hs.put(&keys::segment_key("trade", 1, *first), v).unwrap();
+        }
+        let meta = CheckpointMeta {
+            seq: 7,
+            at_unix_ns: 0,
+            schema_toml: SCHEMA.into(),
+            tables_filter: vec![],
+            symbols_filter: vec![],
+            tables: vec![TableMeta {
+                name: "trade".into(),
+                generation: 1,
+                rows,
+                next_ordinal: 0,
+            }],
+        };
+        let store = ColumnStore::new(schema, Domains::new(None).unwrap()).unwrap();
+        let (_, report) = restore(&hs, Some(&meta), &store, 2, false)?;
+        Ok(report.rows["trade"])
+    }
+
+    #[test]
+    fn segments_decoded_ahead_restore_in_row_order() {
+        let schema = Schema::parse(SCHEMA, "test").unwrap();
+        // More segments than the decoder may run ahead, so that it waits.
+        let n = RESTORE_DECODE_AHEAD_SEGMENTS as u64 * 3;
+        let segs: Vec<_> = (0..n)
+            .map(|i| (i * 10, segment(&schema, i * 10, 10)))
+            .collect();
+        assert_eq!(restore_segments(&segs, n * 10).unwrap(), n * 10);
+    }
+
+    #[test]
+    fn the_first_bad_record_is_reported_whatever_the_decoder_has_seen() {
+        let schema = Schema::parse(SCHEMA, "test").unwrap();
+        // A gap before a corrupt segment: the gap comes first in row order.
+        let segs = vec![
+            (0, segment(&schema, 0, 10)),
+            (20, segment(&schema, 20, 10)),
+            (30, b"not a codec update".to_vec()),
+        ];
+        let e = restore_segments(&segs, 40).unwrap_err().to_string();
+        assert!(e.contains("rows 10..20 are missing"), "{e}");
+        // A corrupt segment before a gap: the corrupt one is reported.
+        let segs = vec![
+            (0, segment(&schema, 0, 10)),
+            (10, b"not a codec update".to_vec()),
+            (30, segment(&schema, 30, 10)),
+        ];
+        let e = restore_segments(&segs, 40).unwrap_err().to_string();
+        assert!(e.contains("does not decode"), "{e}");
     }
 }
