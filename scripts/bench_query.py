@@ -419,6 +419,8 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="tickdb-bench-query-"))
     servers: list[Server] = []
     started = time.monotonic()
+    # Before the benchmark loads the machine itself: was anything else running?
+    start_load = os.getloadavg()[0]
     try:
         log(f"generating {a.rows:,} trades and {a.rows:,} quotes over {a.syms} symbols (seed {a.seed})")
         trades, quotes = gen(a.rows, a.syms, a.seed)
@@ -496,6 +498,7 @@ def main() -> int:
                 disagree.append(f"{key}: {counts}")
             log("  medians: " + ", ".join(f"{k} {fmt_s(v[0])}" for k, v in row.items()))
             log("  answers: " + "; ".join(f"{k} {list(v[1][0])[:2]}" for k, v in row.items()))
+        query_load_after = os.getloadavg()[0]
 
         log("PostgreSQL wire: psql reads 1M rows")
         n_stream = min(1_000_000, a.rows)
@@ -539,7 +542,9 @@ def main() -> int:
               f"over {a.syms} symbols with skewed activity, times sorted over a 6-hour session, loaded into each system "
               f"through the `questdb` ILP client. Medians of {a.repeats} runs after a warm-up; tickdb and QuestDB answer "
               f"over HTTP `/exec`, DuckDB in process (no transfer). Queries aggregate so that result transfer does not "
-              f"dominate. Same machine as above, all sharing its cores.\n",
+              f"dominate. Same machine as above, all sharing its cores; load average {start_load:.2f} when the benchmark "
+              f"started{' (noisy: over half the cores were busy with other work)' if start_load > len(os.sched_getaffinity(0)) * 0.5 else ''}, "
+              f"{query_load_after:.2f} after the queries (their own load included).\n",
               "Each peer runs in its default form and in its documented best form for the query, and the ratio is "
               "against the better of the two. QuestDB: its default ASOF algorithm, then each temporal-join hint "
               f"({', '.join('`' + h + '`' for h in QUESTDB_ASOF_HINTS)}; QuestDB's documentation, \"SQL optimizer "
