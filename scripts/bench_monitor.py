@@ -152,8 +152,9 @@ def main() -> int:
               f"session, loaded into each system through the `questdb` ILP client. Medians of {a.repeats} runs after "
               f"a warm-up; tickdb and QuestDB answer over HTTP `/exec` (their times include HTTP and JSON), DuckDB in "
               f"process. QuestDB: its default ASOF algorithm, then each temporal-join hint, the fastest reported "
-              f"(as in the SQL section). Load average {load_before:.2f} before, {load_after:.2f} after"
-              f"{' (noisy: over half the cores)' if max(load_before, load_after) > cores * 0.5 else ''}.\n",
+              f"(as in the SQL section). Load average {load_before:.2f} when the benchmark started"
+              f"{' (noisy: over half the cores were busy with other work)' if load_before > cores * 0.5 else ''}, "
+              f"{load_after:.2f} after its queries (their own load included).\n",
               "| symbol | trades | quotes | tickdb | QuestDB default | QuestDB best | DuckDB | best QuestDB / tickdb | DuckDB / tickdb |",
               "|---|---|---|---|---|---|---|---|---|"]
         met = []
