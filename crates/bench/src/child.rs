@@ -122,6 +122,24 @@ impl Child {
         }
     }
 
+    /// SIGTERM, without waiting: asks a feed to finish what it is doing
+    /// and exit (then `wait_exit`).
+    pub fn ask_to_stop(&self) {
+        if let Some(c) = self.inner.as_ref() {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe {
+                libc::kill(c.id() as i32, libc::SIGTERM);
+            }
+        }
+    }
+
+    /// The exit status if the process has exited, without waiting.
+    pub fn try_exit(&mut self) -> Option<std::process::ExitStatus> {
+        let st = self.inner.as_mut()?.try_wait().ok()??;
+        self.inner = None;
+        Some(st)
+    }
+
     /// SIGKILL to the group at once: a crash, with no shutdown work.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.inner.take() {

@@ -733,22 +733,26 @@ fn robustness_opts(a: &RobustnessArgs) -> robustness::RobustnessOptions {
 #[derive(Args, Debug, Clone)]
 struct StackArgs {
     /// Updates per second per stack, trades:quotes 1:10 (the Optane kdb+
-    /// study: 48000).
-    #[arg(long, default_value_t = 8000)]
-    rate: u64,
-    /// Seconds measured per scenario (the study: 1800).
-    #[arg(long, default_value_t = 20.0)]
-    seconds: f64,
-    /// Rows preloaded into each stack before it is measured (the study: 65M).
-    #[arg(long, default_value = "1M", value_parser = tickdb_stack::feed::parse_count)]
-    prestress: u64,
+    /// study: 48000). Default: 8000; 48000 with --scale or --full.
+    #[arg(long)]
+    rate: Option<u64>,
+    /// Seconds measured per scenario (the study: 1800). Default: 20; 600
+    /// with --scale; 1800 with --full.
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Rows preloaded into each stack before it is measured (the study:
+    /// 65M). Default: 1M; 65M with --scale or --full.
+    #[arg(long, value_parser = tickdb_stack::feed::parse_count)]
+    prestress: Option<u64>,
     /// Symbols in the feed's universe.
     #[arg(long, default_value_t = 2000)]
     symbols: usize,
-    /// Test 1 scenarios, MONITOR_MS:TP_MS each (tp 0 = zero-latency). The
-    /// default is the study's four plus zero-latency.
-    #[arg(long, value_delimiter = ',', default_value = "300:50,50:50,20:50,50:1000,50:0", value_parser = stack::parse_timers)]
-    timers: Vec<stack::Timers>,
+    /// Test 1 scenarios, MONITOR_MS:TP_MS each (tp 0 = zero-latency).
+    /// Default: the study's four plus zero-latency,
+    /// 300:50,50:50,20:50,50:1000,50:0. With --scale, its one scenario
+    /// (the first given; default 300:50).
+    #[arg(long, value_delimiter = ',', value_parser = stack::parse_timers)]
+    timers: Option<Vec<stack::Timers>>,
     /// Test 2: DRAM rdbs (stacks) run together.
     #[arg(long, default_value_t = 2)]
     dram_rdbs: usize,
@@ -776,6 +780,21 @@ struct StackArgs {
     /// needs a machine like the study's).
     #[arg(long)]
     full: bool,
+    /// The study's scale on one stack, instead of Tests 1 and 2: one DRAM
+    /// stack preloaded with 65M rows (the preload's progress is shown),
+    /// then 48,000 updates/s for 10 minutes with a 50 ms tp timer and the
+    /// monitor every 300 ms. Reports bytes per row of trade and quote,
+    /// max and mean tick latency, the as-of query's time, the rdb's RSS,
+    /// the feed's rate and how long the preload took. --rate, --seconds,
+    /// --prestress and --timers override its sizes (a quick check:
+    /// --scale --prestress 2M --seconds 30). If the live run would not fit
+    /// in memory after the preload, the preload stops early and the report
+    /// says at how many rows and why. 65M rows take about 3 GiB in the rdb
+    /// (its RSS ends near 7 GiB with the live run's rows and the agg's
+    /// bars) and about a minute to load on 2 cores; with 10 minutes
+    /// measured the run takes about 12 minutes.
+    #[arg(long)]
+    scale: bool,
     /// Also write the results as JSON.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -1131,13 +1150,40 @@ fn write_json<T: serde::Serialize>(p: &Path, v: &T) -> Result<()> {
     std::fs::write(p, text).map_err(BenchError::io(format!("writing {}", p.display())))
 }
 
+/// Test 1's scenarios by default: the study's four and zero-latency.
+const STACK_TIMERS_DEFAULT: [stack::Timers; 5] = [
+    stack::Timers {
+        monitor_ms: 300,
+        tp_ms: 50,
+    },
+    stack::Timers {
+        monitor_ms: 50,
+        tp_ms: 50,
+    },
+    stack::Timers {
+        monitor_ms: 20,
+        tp_ms: 50,
+    },
+    stack::Timers {
+        monitor_ms: 50,
+        tp_ms: 1000,
+    },
+    stack::Timers {
+        monitor_ms: 50,
+        tp_ms: 0,
+    },
+];
+
 fn stack_opts(a: &StackArgs) -> stack::StackOptions {
     let mut o = stack::StackOptions {
-        rate: a.rate,
-        seconds: a.seconds,
-        prestress: a.prestress,
+        rate: a.rate.unwrap_or(8000),
+        seconds: a.seconds.unwrap_or(20.0),
+        prestress: a.prestress.unwrap_or(1_000_000),
         symbols: a.symbols,
-        timers: a.timers.clone(),
+        timers: a
+            .timers
+            .clone()
+            .unwrap_or_else(|| STACK_TIMERS_DEFAULT.to_vec()),
         dram_rdbs: a.dram_rdbs,
         fsmem_rdbs: a.fsmem_rdbs,
         test2_timers: a.test2_timers,
@@ -1145,8 +1191,24 @@ fn stack_opts(a: &StackArgs) -> stack::StackOptions {
         publish_ms: a.publish_ms,
         seed: a.seed,
         fsync: a.fsync.clone(),
+        scale: a.scale,
     };
-    if a.full {
+    if a.scale {
+        // The study's sizes unless given; --full makes it the study's 30
+        // minutes.
+        o.rate = a.rate.unwrap_or(stack::SCALE_RATE);
+        o.seconds = a
+            .seconds
+            .unwrap_or(if a.full { 1800.0 } else { stack::SCALE_SECONDS });
+        o.prestress = a
+            .prestress
+            .unwrap_or(tickdb_stack::feed::SEED_PRESTRESS_ROWS);
+        o.timers = vec![a
+            .timers
+            .as_ref()
+            .and_then(|t| t.first().copied())
+            .unwrap_or(stack::SCALE_TIMERS)];
+    } else if a.full {
         o.rate = 48_000;
         o.seconds = 1800.0;
         o.prestress = tickdb_stack::feed::SEED_PRESTRESS_ROWS;
@@ -1624,15 +1686,12 @@ fn hot_restart_sections(bin: &Path, work: &Path, a: &ReportArgs) -> Result<Strin
 /// Test 2) and bulk insert (Zero-Impact Crash Recovery for kdb+) sections,
 /// as markdown.
 fn stack_and_insert_sections(bin: &Path, work: &Path, a: &ReportArgs) -> Result<String> {
-    let mut so = stack_opts(&StackArgs {
-        rate: 8000,
-        seconds: 20.0,
-        prestress: 1_000_000,
+    let args = StackArgs {
+        rate: Some(8000),
+        seconds: Some(20.0),
+        prestress: Some(1_000_000),
         symbols: 2000,
-        timers: ["300:50", "50:50", "20:50", "50:1000", "50:0"]
-            .iter()
-            .filter_map(|t| stack::parse_timers(t).ok())
-            .collect(),
+        timers: Some(STACK_TIMERS_DEFAULT.to_vec()),
         dram_rdbs: 2,
         fsmem_rdbs: None,
         test2_timers: stack::Timers {
@@ -1644,7 +1703,18 @@ fn stack_and_insert_sections(bin: &Path, work: &Path, a: &ReportArgs) -> Result<
         fsync: "never".into(),
         seed: 42,
         full: false,
+        scale: false,
         json: None,
+    };
+    let mut so = stack_opts(&args);
+    // The study's scale on one stack: its own run, at its own sizes.
+    let mut scale = stack_opts(&StackArgs {
+        rate: None,
+        seconds: None,
+        prestress: None,
+        timers: None,
+        scale: true,
+        ..args
     });
     let mut io = insert::InsertBenchOptions {
         rows: 2_000_000,
@@ -1657,10 +1727,19 @@ fn stack_and_insert_sections(bin: &Path, work: &Path, a: &ReportArgs) -> Result<
         so.seconds = 4.0;
         so.prestress = 50_000;
         so.symbols = 1000;
+        scale.rate = 10_000;
+        scale.seconds = 5.0;
+        scale.prestress = 300_000;
+        scale.symbols = 1000;
         io.rows = 200_000;
     }
     eprintln!("[stack] market-data stack");
-    let st = stack::run(bin, work, &so)?;
+    let mut st = stack::run(bin, work, &so)?;
+    eprintln!(
+        "[stack] the study's scale on one stack: {} rows preloaded, {} updates/s for {} s",
+        scale.prestress, scale.rate, scale.seconds
+    );
+    st.scale = stack::run(bin, work, &scale)?.scale;
     eprintln!("[insert] bulk insert");
     let ins = insert::run(bin, work, &io)?;
     Ok(format!(

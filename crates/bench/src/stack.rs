@@ -13,6 +13,13 @@
 //!   DRAM those used: max latency, % of the machine's DRAM used, average
 //!   query time and total queries per minute.
 //!
+//! - The study's scale (`--scale`): one DRAM stack preloaded with 65M rows,
+//!   then 48,000 updates/s for 10 minutes with a 50 ms tp timer (every size
+//!   overridable): bytes per row of trade and quote, tick latency, the
+//!   as-of query's time, the rdb's RSS, the feed's rate and how long the
+//!   preload took. A preload that would leave too little memory for the
+//!   live run stops early and says how many rows it loaded and why.
+//!
 //! Every child is killed on Ctrl-C or any failure (`child`).
 
 use crate::child::{self, free_port, Child};
@@ -43,6 +50,24 @@ const FSMEM_STACKS_PER_CORE: usize = 2;
 const STOP_GRACE: Duration = Duration::from_secs(5);
 /// The seed's tables placed in fsmem in an fsmem stack: all of them.
 const FSMEM_TABLES: [&str; 5] = ["trade", "quote", "trade_1m", "quote_1m", "daily"];
+/// How often the prestress asks the rdbs how many rows they hold.
+const PRESTRESS_POLL: Duration = Duration::from_millis(250);
+/// How often the prestress's progress is logged without a terminal.
+const PRESTRESS_LOG_EVERY: Duration = Duration::from_secs(10);
+/// The prestress measures the rdb's memory per row once it holds this many
+/// rows (before that the process's own baseline dominates).
+const PRESTRESS_MEASURE_ROWS_MIN: u64 = 1_000_000;
+/// Memory left free beyond what the live run is projected to need: the
+/// prestress stops before MemAvailable would fall below it.
+const MEM_HEADROOM_BYTES: u64 = 1 << 30;
+/// The study's scale (`--scale`): one stack, 48,000 updates/s (the March 9
+/// 2020 rate), 65M rows preloaded, a 50 ms tp timer, 10 minutes measured.
+pub const SCALE_RATE: u64 = 48_000;
+pub const SCALE_SECONDS: f64 = 600.0;
+pub const SCALE_TIMERS: Timers = Timers {
+    monitor_ms: 300,
+    tp_ms: 50,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Timers {
@@ -92,6 +117,9 @@ pub struct StackOptions {
     pub publish_ms: u64,
     pub seed: u64,
     pub fsync: String,
+    /// Run the study's scale on one DRAM stack (at `rate`, `seconds`,
+    /// `prestress` and the first of `timers`) instead of Tests 1 and 2.
+    pub scale: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -110,6 +138,61 @@ impl Placement {
     }
 }
 
+/// One table of an rdb's /status: rows and bytes held per domain.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TableFigures {
+    pub name: String,
+    pub rows: u64,
+    pub dram_bytes: u64,
+    pub fsmem_bytes: u64,
+}
+
+impl TableFigures {
+    /// Bytes per row in memory (both domains), None when empty.
+    pub fn bytes_per_row(&self) -> Option<f64> {
+        (self.rows > 0).then(|| (self.dram_bytes + self.fsmem_bytes) as f64 / self.rows as f64)
+    }
+}
+
+/// Every table of an rdb's /status answer (`tables`), by name.
+fn table_figures(st: &serde_json::Value) -> Vec<TableFigures> {
+    let Some(tables) = st["tables"].as_object() else {
+        return Vec::new();
+    };
+    tables
+        .iter()
+        .map(|(name, t)| TableFigures {
+            name: name.clone(),
+            rows: t["rows"].as_u64().unwrap_or(0),
+            dram_bytes: t["dram_bytes"].as_u64().unwrap_or(0),
+            fsmem_bytes: t["fsmem_bytes"].as_u64().unwrap_or(0),
+        })
+        .collect()
+}
+
+/// trade + quote rows in an rdb's /status answer.
+fn tick_rows(st: &serde_json::Value) -> u64 {
+    st["tables"]["trade"]["rows"].as_u64().unwrap_or(0)
+        + st["tables"]["quote"]["rows"].as_u64().unwrap_or(0)
+}
+
+/// How one stack's prestress went, as the rdb saw it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PrestressLoad {
+    /// Rows asked for (`--prestress`).
+    pub asked_rows: u64,
+    /// trade + quote rows the rdb held once the preload was in.
+    pub rows: u64,
+    /// From the feed's start until the rdb held them.
+    pub seconds: f64,
+    /// Why the preload stopped before `asked_rows`, if it did.
+    pub stopped: Option<String>,
+    /// The rdb's tables once the preload was in.
+    pub tables: Vec<TableFigures>,
+    /// The rdb's anonymous RSS once the preload was in.
+    pub rss_anon_bytes: Option<u64>,
+}
+
 /// What one stack measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct StackResult {
@@ -119,6 +202,9 @@ pub struct StackResult {
     pub monitor: MonitorSummary,
     pub feed: FeedSummary,
     pub prestress: FeedSummary,
+    pub prestress_load: PrestressLoad,
+    /// The rdb's tables once the feed stopped and the agg caught up.
+    pub tables: Vec<TableFigures>,
     /// Σ trades of trade_1m = count(trade) and Σ quotes of quote_1m =
     /// count(quote) once the feed stopped: the agg saw every tick.
     pub bars_ok: bool,
@@ -176,6 +262,22 @@ pub struct Test2 {
     pub fsmem_count_reason: String,
 }
 
+/// The study's scale on one DRAM stack (`--scale`), with the settings it
+/// ran at (a report may put it beside Tests 1 and 2 run at other sizes).
+#[derive(Debug, Clone, Serialize)]
+pub struct ScaleRun {
+    pub rate: u64,
+    pub seconds: f64,
+    pub symbols: usize,
+    pub seed: u64,
+    pub fsync: String,
+    pub publish_ms: u64,
+    pub machine: String,
+    pub date: String,
+    pub wall_seconds: f64,
+    pub stack: StackResult,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct StackReport {
     pub rate: u64,
@@ -187,6 +289,8 @@ pub struct StackReport {
     pub fsync: String,
     pub test1: Vec<Test1Row>,
     pub test2: Option<Test2>,
+    /// The study's scale on one DRAM stack (`--scale`).
+    pub scale: Option<ScaleRun>,
     pub machine: String,
     pub date: String,
     pub mem_total_bytes: Option<u64>,
@@ -304,13 +408,37 @@ fn check_alive(stacks: &mut [Running]) -> Result<()> {
     Ok(())
 }
 
-/// Preloads every stack (in parallel) and waits until each rdb holds it.
-fn prestress(bin: &Path, stacks: &mut [Running], o: &StackOptions, pb: &ProgressBar) -> Result<()> {
+/// One stack's prestress while it runs.
+struct Preload {
+    load: PrestressLoad,
+    /// Rows the rdb must hold: asked for, or what the feed sent once it
+    /// was stopped early.
+    target_rows: u64,
+    /// The rdb's anonymous RSS before the preload, the baseline of its
+    /// memory per row.
+    rss_anon_start: u64,
+    feed_done: bool,
+    done: bool,
+}
+
+/// Preloads every stack (in parallel) and waits until each rdb holds the
+/// rows, showing the rdbs' progress. A stack whose preload would leave less
+/// memory than the live run is projected to need (its rdb's memory per row
+/// so far times the rows the live run adds, plus MEM_HEADROOM_BYTES) has
+/// its feed stopped there, and says so.
+fn prestress(
+    bin: &Path,
+    stacks: &mut [Running],
+    o: &StackOptions,
+    pb: &ProgressBar,
+) -> Result<Vec<PrestressLoad>> {
     if o.prestress == 0 {
-        return Ok(());
+        return Ok(vec![PrestressLoad::default(); stacks.len()]);
     }
     pb.set_message(format!("prestress {} rows per stack", o.prestress));
+    let mut loads = Vec::new();
     for r in stacks.iter_mut() {
+        let st = status(r.rdb_http)?;
         let mut cmd = feed_cmd(bin, r, o);
         cmd.args(["--prestress", &o.prestress.to_string(), "--duration", "0"])
             .arg("--summary")
@@ -320,39 +448,150 @@ fn prestress(bin: &Path, stacks: &mut [Running], o: &StackOptions, pb: &Progress
             &mut cmd,
             &r.dir.join("prestress.log"),
         )?);
+        loads.push(Preload {
+            load: PrestressLoad {
+                asked_rows: o.prestress,
+                ..Default::default()
+            },
+            target_rows: o.prestress,
+            rss_anon_start: st["process"]["rss_anon_bytes"].as_u64().unwrap_or(0),
+            feed_done: false,
+            done: false,
+        });
     }
-    for r in stacks.iter_mut() {
-        let mut f = r.feed.take().expect("spawned above");
-        let st = f.wait_exit(PRESTRESS_TIMEOUT)?;
-        if !st.success() {
+    // Rows the live run adds to each rdb: what the memory must still hold.
+    let live_rows = o.rate as f64 * (o.seconds + (WARMUP + TAIL).as_secs_f64());
+    let t0 = Instant::now();
+    let mut last_log = t0;
+    while loads.iter().any(|l| !l.done) {
+        child::check_interrupt()?;
+        if t0.elapsed() > PRESTRESS_TIMEOUT {
             return Err(BenchError::Server(format!(
-                "{} prestress failed ({st}):\n{}",
-                r.spec.name,
-                child::log_tail(&f.log)
+                "the prestress did not finish within {PRESTRESS_TIMEOUT:?}"
             )));
         }
-    }
-    let t0 = Instant::now();
-    for r in stacks.iter_mut() {
-        loop {
-            child::check_interrupt()?;
+        let mut held = 0u64;
+        let mut want = 0u64;
+        // Each rdb still being fed: (anonymous RSS now, at the start, rows).
+        let mut growing = Vec::new();
+        for (r, l) in stacks.iter_mut().zip(loads.iter_mut()) {
+            r.tp.child.check_alive()?;
             r.rdb.check_alive()?;
+            r.agg.check_alive()?;
             let st = status(r.rdb_http)?;
-            let rows = st["tables"]["trade"]["rows"].as_u64().unwrap_or(0)
-                + st["tables"]["quote"]["rows"].as_u64().unwrap_or(0);
-            if rows >= o.prestress {
-                break;
+            let rows = tick_rows(&st);
+            if !l.feed_done {
+                if let Some(f) = r.feed.as_mut() {
+                    if let Some(exit) = f.try_exit() {
+                        if !exit.success() {
+                            return Err(BenchError::Server(format!(
+                                "{} prestress failed ({exit}):\n{}",
+                                r.spec.name,
+                                child::log_tail(&f.log)
+                            )));
+                        }
+                        l.feed_done = true;
+                        // What the feed sent, also when it was stopped early.
+                        let sent: FeedSummary = read_json(&r.dir.join("prestress.json"))?;
+                        l.target_rows = sent.prestress_rows;
+                    } else if l.load.stopped.is_none() {
+                        let anon = st["process"]["rss_anon_bytes"].as_u64().unwrap_or(0);
+                        growing.push((anon, l.rss_anon_start, rows));
+                    }
+                }
             }
-            if t0.elapsed() > PRESTRESS_TIMEOUT {
-                return Err(BenchError::Server(format!(
-                    "{}: the rdb holds {rows} of {} prestress rows",
-                    r.spec.name, o.prestress
-                )));
+            if l.feed_done && !l.done && rows >= l.target_rows {
+                l.done = true;
+                l.load.rows = rows;
+                l.load.seconds = t0.elapsed().as_secs_f64();
+                l.load.tables = table_figures(&st);
+                l.load.rss_anon_bytes = st["process"]["rss_anon_bytes"].as_u64();
             }
-            std::thread::sleep(Duration::from_millis(50));
+            held += rows.min(l.target_rows);
+            want += l.target_rows;
+        }
+        // The memory every rdb still being fed will need for its live run.
+        let short = tickdb_stack::procfs::mem_available_bytes()
+            .and_then(|avail| memory_short(avail, &growing, live_rows));
+        if let Some(why) = short {
+            pb.suspend(|| eprintln!("the prestress stops early: {why}"));
+            for (r, l) in stacks.iter_mut().zip(loads.iter_mut()) {
+                if let (false, None, Some(f)) = (l.feed_done, &l.load.stopped, r.feed.as_ref()) {
+                    l.load.stopped = Some(why.clone());
+                    f.ask_to_stop();
+                }
+            }
+        }
+        let secs = t0.elapsed().as_secs_f64().max(1e-9);
+        let per_s = held as f64 / secs;
+        let eta = if per_s > 0.0 {
+            format!(
+                ", about {:.0} s to go",
+                want.saturating_sub(held) as f64 / per_s
+            )
+        } else {
+            String::new()
+        };
+        pb.set_message(format!(
+            "prestress: the rdbs hold {held} of {want} rows ({:.1}%, {:.0} rows/s{eta})",
+            held as f64 * 100.0 / want.max(1) as f64,
+            per_s
+        ));
+        if pb.is_hidden() && last_log.elapsed() >= PRESTRESS_LOG_EVERY {
+            // No terminal (a log): a line now and then.
+            last_log = Instant::now();
+            pb.suspend(|| {
+                eprintln!("prestress: the rdbs hold {held} of {want} rows after {secs:.0} s")
+            });
+        }
+        if loads.iter().any(|l| !l.done) {
+            std::thread::sleep(PRESTRESS_POLL);
         }
     }
-    Ok(())
+    for r in stacks.iter_mut() {
+        r.feed = None;
+    }
+    Ok(loads.into_iter().map(|l| l.load).collect())
+}
+
+/// Why the preloads must stop now, if they must: MemAvailable (`avail`) is
+/// below what the live runs are projected to need (`live_rows` per rdb at
+/// each rdb's anonymous memory per row so far) plus MEM_HEADROOM_BYTES.
+/// `growing`: each rdb still being preloaded, as (its anonymous RSS now,
+/// before the preload, the rows it holds).
+fn memory_short(avail: u64, growing: &[(u64, u64, u64)], live_rows: f64) -> Option<String> {
+    if growing.is_empty() {
+        return None;
+    }
+    let mut live_bytes = 0.0;
+    let mut per_row_max = 0.0f64;
+    let mut rows_min = u64::MAX;
+    for &(anon, start, rows) in growing {
+        // Until then the process's own baseline dominates its figure.
+        if rows >= PRESTRESS_MEASURE_ROWS_MIN {
+            let per_row = anon.saturating_sub(start) as f64 / rows as f64;
+            live_bytes += per_row * live_rows;
+            per_row_max = per_row_max.max(per_row);
+        }
+        rows_min = rows_min.min(rows);
+    }
+    let need = live_bytes as u64 + MEM_HEADROOM_BYTES;
+    (avail < need).then(|| {
+        format!(
+            "at {} rows{} {} of memory was left (MemAvailable), and the live run's {} more rows{} need about {} at up to {per_row_max:.0} bytes of anonymous memory per row (what the rdb used so far), plus {} to spare",
+            count(rows_min),
+            if growing.len() > 1 { " (the least of any stack)," } else { "" },
+            bytes(avail as f64),
+            count(live_rows as u64),
+            if growing.len() > 1 {
+                format!(" in each of {} stacks", growing.len())
+            } else {
+                String::new()
+            },
+            bytes(live_bytes),
+            bytes(MEM_HEADROOM_BYTES as f64)
+        )
+    })
 }
 
 /// Waits until the agg has folded every tick the rdb holds.
@@ -404,7 +643,7 @@ fn scenario(
     for s in specs {
         stacks.push(start_stack(bin, work, s, o)?);
     }
-    prestress(bin, &mut stacks, o, pb)?;
+    let loads = prestress(bin, &mut stacks, o, pb)?;
     check_alive(&mut stacks)?;
     let names: Vec<&str> = stacks.iter().map(|r| r.spec.name.as_str()).collect();
     let label = names.join(" + ");
@@ -502,7 +741,7 @@ fn scenario(
         }
     }
     pb.set_message(format!("{label}: checking the bars"));
-    for r in stacks.iter_mut() {
+    for (r, prestress_load) in stacks.iter_mut().zip(loads) {
         let monitor: MonitorSummary = read_json(&r.dir.join("monitor").join(SUMMARY_FILE))?;
         let feed: FeedSummary = read_json(&r.dir.join("feed.json"))?;
         let prestress: FeedSummary = if o.prestress > 0 {
@@ -511,6 +750,9 @@ fn scenario(
             FeedSummary::default()
         };
         let (bars_ok, bars_note) = bars_check(r);
+        // Once the agg has folded every tick, the last ticks of the tp's
+        // timer have arrived too.
+        let tables = table_figures(&status(r.rdb_http)?);
         child::check_interrupt()?;
         out.push(StackResult {
             name: r.spec.name.clone(),
@@ -519,6 +761,8 @@ fn scenario(
             monitor,
             feed,
             prestress,
+            prestress_load,
+            tables,
             bars_ok,
             bars_note,
         });
@@ -547,9 +791,10 @@ fn timer_name(ms: u64) -> String {
 pub fn run(bin: &Path, work: &Path, o: &StackOptions) -> Result<StackReport> {
     let machine = Machine::probe(work);
     let started = Instant::now();
-    let do1 = o.tests.contains(&1);
-    let do2 = o.tests.contains(&2);
-    let scenarios = if do1 { o.timers.len() } else { 0 } + if do2 { 2 } else { 0 };
+    let do1 = !o.scale && o.tests.contains(&1);
+    let do2 = !o.scale && o.tests.contains(&2);
+    let scenarios =
+        if do1 { o.timers.len() } else { 0 } + if do2 { 2 } else { 0 } + usize::from(o.scale);
     let pb = ProgressBar::new((scenarios as f64 * o.seconds * 1000.0) as u64);
     pb.set_style(
         ProgressStyle::with_template("bench stack {bar:30} {percent}% {elapsed} {msg}")
@@ -614,6 +859,34 @@ pub fn run(bin: &Path, work: &Path, o: &StackOptions) -> Result<StackReport> {
             fsmem_count_reason: reason,
         });
     }
+    let mut scale = None;
+    if o.scale {
+        let t0 = Instant::now();
+        let timers = o.timers.first().copied().unwrap_or(SCALE_TIMERS);
+        let mut res = scenario(
+            bin,
+            work,
+            vec![Spec {
+                name: format!("scale-dram-m{}-tp{}", timers.monitor_ms, timers.tp_ms),
+                placement: Placement::Dram,
+                timers,
+            }],
+            o,
+            &pb,
+        )?;
+        scale = res.pop().map(|stack| ScaleRun {
+            rate: o.rate,
+            seconds: o.seconds,
+            symbols: o.symbols,
+            seed: o.seed,
+            fsync: o.fsync.clone(),
+            publish_ms: o.publish_ms,
+            machine: machine.summary(),
+            date: crate::today_utc(),
+            wall_seconds: t0.elapsed().as_secs_f64(),
+            stack,
+        });
+    }
     pb.finish_and_clear();
     let fsmem_fs = machine.fs.clone();
     Ok(StackReport {
@@ -626,6 +899,7 @@ pub fn run(bin: &Path, work: &Path, o: &StackOptions) -> Result<StackReport> {
         fsync: o.fsync.clone(),
         test1,
         test2,
+        scale,
         machine: machine.summary(),
         date: crate::today_utc(),
         mem_total_bytes: tickdb_stack::procfs::mem_total_bytes(),
@@ -765,6 +1039,19 @@ const FACTOR_NOTE: &str = "*Comparison is the Optane kdb+ study's factor, higher
 
 impl StackReport {
     pub fn markdown(&self) -> String {
+        let mut s = String::new();
+        if !self.test1.is_empty() || self.test2.is_some() {
+            s.push_str(&self.tests_markdown());
+        }
+        if let Some(sc) = &self.scale {
+            s.push_str(&sc.markdown());
+        }
+        s.push_str(&self.targets());
+        s
+    }
+
+    /// Tests 1 and 2: the introduction, their tables and checks.
+    fn tests_markdown(&self) -> String {
         let mut s = String::new();
         s.push_str(&format!(
             "The test stack of \"Using Intel Optane memory to expand the capacity of a typical realtime kdb market data system\" (Eoin Cunning and Nick McDaid; the Optane kdb+ study). Each stack is five processes: `tickdb feed` ({} updates/s, trades:quotes 1:10, {} symbols with Zipf activity, seed {}) → `tickdb tp` (`--fsync {}`, tp timer as given; 0 = zero-latency) → `tickdb agg` (minute bars and daily stats, published back every {} ms) → `tickdb rdb` → `tickdb monitor` (monitor timer as given). Each stack is preloaded with {} rows (`--prestress`), then measured for {} s. An fsmem stack's rdb holds every table in fsmem (`--fsmem-dir` on {}); on this machine that is an ordinary file system whose page cache is DRAM too, where production would use a DAX mount. Latency = time the monitor's query answered − generation time of the newest row it saw (max and mean over the polls, trade and quote together); aggregated-row latency the same from `last_time` of `trade_1m` and `quote_1m`; query time = the monitor's as-of join of one symbol's trades with their quotes. Measured on {}, {}, in {:.0} s.\n\n",
@@ -940,7 +1227,6 @@ impl StackReport {
                 self.rate
             ));
         }
-        s.push_str(&self.targets());
         s
     }
 
@@ -958,20 +1244,56 @@ impl StackReport {
         let mut s = String::from("\nTargets (reported, not asserted):\n\n");
         let at = |tp: u64| self.test1.iter().find(|r| r.timers.tp_ms == tp);
         let rate = format!("at {} updates/s per stack", self.rate);
-        match at(50) {
-            Some(r) => s.push_str(&format!(
-                "- Max tick latency with a 50 ms tp timer within 2× the timer (100 ms): {} (DRAM), {} (fsmem), {rate}; the target is at 48,000 updates/s.\n",
+        // The study's scale, when it ran with a 50 ms tp timer.
+        let scale50 = self
+            .scale
+            .as_ref()
+            .filter(|sc| sc.stack.timers.tp_ms == 50)
+            .map(|sc| {
+                format!(
+                    "{} at {} updates/s on one DRAM stack preloaded with {} rows (`--scale`; the study's: 65M)",
+                    ms(sc.stack.max_latency_ms()),
+                    count(sc.rate),
+                    count(sc.stack.prestress_load.rows)
+                )
+            });
+        match (at(50), scale50) {
+            (Some(r), sc) => s.push_str(&format!(
+                "- Max tick latency with a 50 ms tp timer within 2× the timer (100 ms): {} (DRAM), {} (fsmem), {rate}; {}.\n",
                 ms(r.dram.max_latency_ms()),
-                ms(r.fsmem.max_latency_ms())
+                ms(r.fsmem.max_latency_ms()),
+                sc.unwrap_or_else(|| "the target is at 48,000 updates/s".into())
             )),
-            None => s.push_str("- Max tick latency with a 50 ms tp timer: not measured (no 50 ms scenario).\n"),
+            (None, Some(sc)) => s.push_str(&format!(
+                "- Max tick latency with a 50 ms tp timer within 2× the timer (100 ms): {sc}.\n"
+            )),
+            (None, None) => s.push_str("- Max tick latency with a 50 ms tp timer: not measured (no 50 ms scenario).\n"),
         }
+        if self.test1.is_empty() && self.scale.is_some() {
+            // A --scale run alone: only what it measured.
+            return s + &self.scale_targets();
+        }
+        let scale0 = self
+            .scale
+            .as_ref()
+            .filter(|sc| sc.stack.timers.tp_ms == 0)
+            .map(|sc| {
+                format!(
+                    "; {} at {} updates/s on one DRAM stack (`--scale`)",
+                    ms(sc.stack.max_latency_ms()),
+                    count(sc.rate)
+                )
+            })
+            .unwrap_or_default();
         match at(0) {
             Some(r) => s.push_str(&format!(
-                "- Zero-latency mode under 5 ms max: {} (DRAM), {} (fsmem), {rate}.\n",
+                "- Zero-latency mode under 5 ms max: {} (DRAM), {} (fsmem), {rate}{scale0}.\n",
                 ms(r.dram.max_latency_ms()),
                 ms(r.fsmem.max_latency_ms())
             )),
+            None if !scale0.is_empty() => {
+                s.push_str(&format!("- Zero-latency mode under 5 ms max{scale0}.\n"))
+            }
             None => s.push_str("- Zero-latency mode: not measured (no tp timer 0 scenario).\n"),
         }
         if let Some(r) = self.test1.first() {
@@ -1017,6 +1339,221 @@ impl StackReport {
                 self.prestress
             ));
         }
+        s + &self.scale_targets()
+    }
+
+    /// The targets line of the scale run's as-of query, if it ran.
+    fn scale_targets(&self) -> String {
+        let Some(sc) = &self.scale else {
+            return String::new();
+        };
+        format!(
+            "- The as-of monitor query under 5 ms at the study's scale: mean {}, max {}, on one DRAM rdb preloaded with {} rows (`--scale`; the study's: 65M) then fed {} updates/s for {} s.\n",
+            ms(sc.stack.monitor.asof_ms.mean),
+            ms(sc.stack.monitor.asof_ms.max),
+            count(sc.stack.prestress_load.rows),
+            count(sc.rate),
+            sc.seconds
+        )
+    }
+}
+
+/// The count with thousands separators.
+fn count(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The rows of the scale subsection, in order (the tests check every one
+/// is there).
+pub const SCALE_ROWS: [&str; 11] = [
+    "Prestress",
+    "Rows at the end",
+    "Bytes per row in memory: trade",
+    "Bytes per row in memory: quote",
+    "The agg's tables in memory",
+    "Max tick latency",
+    "Mean tick latency",
+    "Max aggregated-row latency",
+    "As-of query time",
+    "RSS of the rdb (max)",
+    "Achieved feed rate",
+];
+
+impl ScaleRun {
+    /// The scale subsection of the stack section.
+    pub fn markdown(&self) -> String {
+        let r = &self.stack;
+        let t = r.timers;
+        let load = &r.prestress_load;
+        let mut s = format!(
+            "### The study's scale on one stack\n\n\
+             One DRAM stack at the Optane kdb+ study's sizes (`tickdb bench stack --scale`): preloaded with {} rows (`--prestress`), then {} updates/s (trades:quotes 1:10, {} symbols, seed {}) for {} s with a {} ms tp timer (`--fsync {}`), the agg publishing every {} ms and the monitor polling every {} ms. The study ran four such stacks at once for 30 minutes on a 56-core server with 374 GiB; this is one stack on {}, {}, in {:.0} s in all. Bytes per row = a table's bytes in memory (its columns, symbol index and dictionary, and the unwritten rest of its newest chunk) ÷ its rows, from the rdb's /status once the feed stopped.\n\n",
+            count(load.asked_rows.max(r.prestress.prestress_rows)),
+            count(self.rate),
+            self.symbols,
+            self.seed,
+            self.seconds,
+            t.tp_ms,
+            self.fsync,
+            self.publish_ms,
+            t.monitor_ms,
+            self.machine,
+            self.date,
+            self.wall_seconds
+        );
+        if let Some(why) = &load.stopped {
+            s.push_str(&format!(
+                "**The prestress stopped short of {} rows**: {why}. The rdb held {} rows once what was in flight had arrived.\n\n",
+                count(load.asked_rows),
+                count(load.rows)
+            ));
+        }
+        let table = |name: &str| r.tables.iter().find(|x| x.name == name);
+        let per_row = |name: &str| match table(name) {
+            Some(x) => match x.bytes_per_row() {
+                Some(b) => format!(
+                    "{b:.1} B ({} for {} rows)",
+                    bytes((x.dram_bytes + x.fsmem_bytes) as f64),
+                    count(x.rows)
+                ),
+                None => "n/a (no rows)".into(),
+            },
+            None => "n/a (the rdb did not report it)".into(),
+        };
+        let ticks = |name: &str| table(name).map(|x| x.rows).unwrap_or(0);
+        let agg_bytes: u64 = r
+            .tables
+            .iter()
+            .filter(|x| x.name != "trade" && x.name != "quote")
+            .map(|x| x.dram_bytes + x.fsmem_bytes)
+            .sum();
+        let agg_names: Vec<&str> = r
+            .tables
+            .iter()
+            .filter(|x| x.name != "trade" && x.name != "quote")
+            .map(|x| x.name.as_str())
+            .collect();
+        let rows_end = ticks("trade") + ticks("quote");
+        let prestress = if load.rows > 0 {
+            format!(
+                "{} rows in the rdb {:.1} s after the feed started ({} rows/s); the feed sent them in {:.1} s over ILP/HTTP",
+                count(load.rows),
+                load.seconds,
+                count((load.rows as f64 / load.seconds.max(1e-9)) as u64),
+                r.prestress.prestress_seconds
+            )
+        } else {
+            "none".into()
+        };
+        let m = &r.monitor;
+        let lat = |st: &tickdb_stack::monitor::Stat| format!("{} / {}", ms(st.max), ms(st.mean));
+        let rss = format!(
+            "{} in all, {} anonymous{}",
+            m.rss_bytes_max
+                .map(|b| bytes(b as f64))
+                .unwrap_or("n/a".into()),
+            m.rss_anon_bytes_max
+                .map(|b| bytes(b as f64))
+                .unwrap_or("n/a".into()),
+            match (m.rss_anon_bytes_max, rows_end) {
+                (Some(a), n) if n > 0 => format!(
+                    " ({:.1} B per trade or quote row, every table and the process included)",
+                    a as f64 / n as f64
+                ),
+                _ => String::new(),
+            }
+        );
+        let lines = [
+            (SCALE_ROWS[0], prestress),
+            (
+                SCALE_ROWS[1],
+                format!(
+                    "{} (trade {}, quote {})",
+                    count(rows_end),
+                    count(ticks("trade")),
+                    count(ticks("quote"))
+                ),
+            ),
+            (SCALE_ROWS[2], per_row("trade")),
+            (SCALE_ROWS[3], per_row("quote")),
+            (
+                SCALE_ROWS[4],
+                format!(
+                    "{} ({}: every published version of a bar is kept)",
+                    bytes(agg_bytes as f64),
+                    agg_names.join(", ")
+                ),
+            ),
+            (
+                SCALE_ROWS[5],
+                format!(
+                    "{} (trade {}, quote {})",
+                    ms(r.max_latency_ms()),
+                    ms(m.trade_latency_ms.max),
+                    ms(m.quote_latency_ms.max)
+                ),
+            ),
+            (
+                SCALE_ROWS[6],
+                format!(
+                    "{} (trade {}, quote {})",
+                    ms(r.mean_latency_ms()),
+                    ms(m.trade_latency_ms.mean),
+                    ms(m.quote_latency_ms.mean)
+                ),
+            ),
+            (
+                SCALE_ROWS[7],
+                format!(
+                    "{} (trade_1m / quote_1m max / mean: {}, {})",
+                    ms(r.max_agg_latency_ms()),
+                    lat(&m.agg_trade_latency_ms),
+                    lat(&m.agg_quote_latency_ms)
+                ),
+            ),
+            (
+                SCALE_ROWS[8],
+                format!(
+                    "mean {}, max {}, {} queries ({:.0} per minute) joining {}'s {} trades with their quotes",
+                    ms(m.asof_ms.mean),
+                    ms(m.asof_ms.max),
+                    m.asof_ms.n,
+                    m.queries_per_minute,
+                    if m.asof_sym.is_empty() { "one symbol" } else { m.asof_sym.as_str() },
+                    m.asof_rows_last.map(|n| count(n.max(0) as u64)).unwrap_or("n/a".into())
+                ),
+            ),
+            (SCALE_ROWS[9], rss),
+            (
+                SCALE_ROWS[10],
+                format!(
+                    "{} updates/s (target {})",
+                    count(r.feed.rate_achieved.round() as u64),
+                    count(self.rate)
+                ),
+            ),
+        ];
+        s.push_str("| | One DRAM stack |\n|---|---|\n");
+        for (name, v) in lines {
+            s.push_str(&format!("| {name} | {v} |\n"));
+        }
+        s.push_str(&format!(
+            "\nLatency max / mean over {} polls; tick latency as in Test 1 (the time the monitor's query answered − the generation time of the newest row it saw). Aggregation check: {}.\n",
+            m.polls,
+            if r.bars_ok {
+                format!("passed ({})", r.bars_note)
+            } else {
+                format!("FAILED ({})", r.bars_note)
+            }
+        ));
         s
     }
 }
@@ -1043,5 +1580,99 @@ mod tests {
         assert_eq!(factor(Some(1e6), Some(1.0)), "1000000");
         assert_eq!(factor(Some(5.0), Some(0.0)), "∞");
         assert_eq!(factor(None, Some(1.0)), "n/a");
+        assert_eq!(count(0), "0");
+        assert_eq!(count(999), "999");
+        assert_eq!(count(65_000_000), "65,000,000");
+    }
+
+    #[test]
+    fn the_preload_stops_when_the_live_run_would_not_fit() {
+        const G: u64 = 1 << 30;
+        // 2M rows at 50 bytes each so far; 30M live rows need 1.5 GB.
+        let one = [((100 << 20) + 100_000_000, 100 << 20, 2_000_000)];
+        let live = 30e6;
+        assert!(memory_short(10 * G, &one, live).is_none());
+        let why = memory_short(2 * G, &one, live).unwrap();
+        assert!(
+            why.starts_with("at 2,000,000 rows 2.00 GiB") && why.contains("50 bytes"),
+            "{why}"
+        );
+        // Two such stacks need twice that: 3 GB and the headroom.
+        let two = [one[0], one[0]];
+        assert!(memory_short(3 * G, &one, live).is_none());
+        let why = memory_short(3 * G, &two, live).unwrap();
+        assert!(why.contains("in each of 2 stacks"), "{why}");
+        // Before the per-row figure means anything, only the headroom counts.
+        let early = [(one[0].0, one[0].1, 1000)];
+        assert!(memory_short(2 * G, &early, live).is_none());
+        assert!(memory_short(G / 2, &early, live).is_some());
+        assert!(memory_short(0, &[], live).is_none());
+    }
+
+    fn result(name: &str) -> StackResult {
+        StackResult {
+            name: name.into(),
+            placement: Placement::Dram,
+            timers: SCALE_TIMERS,
+            monitor: MonitorSummary::default(),
+            feed: FeedSummary::default(),
+            prestress: FeedSummary::default(),
+            prestress_load: PrestressLoad {
+                asked_rows: 1000,
+                rows: 1000,
+                seconds: 2.0,
+                ..Default::default()
+            },
+            tables: vec![
+                TableFigures {
+                    name: "trade".into(),
+                    rows: 100,
+                    dram_bytes: 3600,
+                    fsmem_bytes: 0,
+                },
+                TableFigures {
+                    name: "quote".into(),
+                    rows: 900,
+                    dram_bytes: 45_000,
+                    fsmem_bytes: 0,
+                },
+            ],
+            bars_ok: true,
+            bars_note: "ok".into(),
+        }
+    }
+
+    #[test]
+    fn the_scale_subsection_has_every_row() {
+        let sc = ScaleRun {
+            rate: 48_000,
+            seconds: 600.0,
+            symbols: 2000,
+            seed: 42,
+            fsync: "never".into(),
+            publish_ms: 100,
+            machine: "m".into(),
+            date: "d".into(),
+            wall_seconds: 1.0,
+            stack: result("scale"),
+        };
+        let md = sc.markdown();
+        for row in SCALE_ROWS {
+            assert!(md.contains(&format!("| {row} |")), "{row}: {md}");
+        }
+        assert!(
+            md.contains("| Bytes per row in memory: trade | 36.0 B"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| Bytes per row in memory: quote | 50.0 B"),
+            "{md}"
+        );
+        assert!(!md.contains("stopped short"));
+        let mut short = sc.clone();
+        short.stack.prestress_load.stopped = Some("no room".into());
+        assert!(short
+            .markdown()
+            .contains("**The prestress stopped short of 1,000 rows**: no room."));
     }
 }

@@ -36,6 +36,9 @@ pub struct Rdb {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct TableStatus {
     pub rows: u64,
+    /// Bytes the table holds in DRAM and in fsmem (`Store::table_memory`).
+    pub dram_bytes: u64,
+    pub fsmem_bytes: u64,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -169,7 +172,9 @@ impl Rdb {
                     );
                     Ok(())
                 }
-                None => self.store.apply(b),
+                // Every batch of the update is published before any
+                // table's upkeep runs (below).
+                None => self.store.apply_before_upkeep(b),
             };
             done.map_err(|e| RdbError::Apply {
                 seq,
@@ -181,6 +186,12 @@ impl Rdb {
         if day_ended {
             self.day_ended.notify_one();
         }
+        // The update is applied and visible; an upkeep that fails (it could
+        // not allocate a chunk) is reported like a failed apply.
+        self.store.upkeep().map_err(|e| RdbError::Apply {
+            seq,
+            reason: e.to_string(),
+        })?;
         Ok(true)
     }
 
@@ -241,6 +252,8 @@ impl Rdb {
     }
 
     pub fn status(&self) -> RdbStatus {
+        let memory: BTreeMap<String, tickdb_core::store::TableMemory> =
+            self.store.table_memory().into_iter().collect();
         RdbStatus {
             seq: self.applied_seq(),
             tp_seq: self.tp_seq.load(Ordering::Relaxed).max(self.applied_seq()),
@@ -248,7 +261,15 @@ impl Rdb {
                 .store
                 .row_counts()
                 .into_iter()
-                .map(|(name, rows)| (name, TableStatus { rows }))
+                .map(|(name, rows)| {
+                    let m = memory.get(&name).copied().unwrap_or_default();
+                    let status = TableStatus {
+                        rows,
+                        dram_bytes: m.dram,
+                        fsmem_bytes: m.fsmem,
+                    };
+                    (name, status)
+                })
                 .collect(),
             memory: self.store.memory(),
             hot_restart: self.hot.get().map(|h| h.status()),

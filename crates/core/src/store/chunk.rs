@@ -14,7 +14,7 @@
 
 use super::snapshot::SymIndex;
 use crate::batch::{Batch, ColumnData};
-use crate::domain::{Domain, Domains, Region};
+use crate::domain::{Domain, Domains, Region, PAGE_BYTES};
 use crate::error::Result;
 use crate::schema::{ColumnType, TableDef};
 use arrow_array::{ArrayRef, RecordBatch, StringArray};
@@ -50,6 +50,9 @@ pub(crate) struct ActiveChunk {
     pub data_len: Vec<usize>,
     pub min_time: i64,
     pub max_time: i64,
+    /// Per column, the byte offset up to which `prefault` has touched the
+    /// `values` region (and the `data` region of a string/bytes column).
+    touched: Vec<(usize, usize)>,
 }
 
 fn width(ty: ColumnType) -> usize {
@@ -109,7 +112,53 @@ impl ActiveChunk {
             data_len: vec![0; def.columns.len()],
             min_time: i64::MAX,
             max_time: i64::MIN,
+            touched: vec![(0, 0); def.columns.len()],
         })
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.regions.capacity
+    }
+
+    /// Bytes of string/bytes data this chunk holds for each row (its
+    /// smallest data region), or None without such a column.
+    pub fn var_bytes(&self) -> Option<usize> {
+        self.regions
+            .columns
+            .iter()
+            .filter_map(|c| c.data.as_ref().map(|d| d.len()))
+            .min()
+    }
+
+    /// Touches the pages of every column's regions from where the writer
+    /// will write next up to `ahead_bytes` beyond it, at most `pages_max`
+    /// pages in all (`Region::prefault`): the page faults of the next
+    /// appends are taken now, after the rows before them were published.
+    /// Returns the pages touched. Validity regions (rare, allocated at the
+    /// first null) are left alone.
+    pub fn prefault(&mut self, ahead_bytes: usize, pages_max: usize) -> usize {
+        let mut pages = 0;
+        for (ci, c) in self.regions.columns.iter().enumerate() {
+            // The first byte not written yet: a string column's offsets
+            // have one more entry than rows (once the first row is written).
+            let next = match c.ty {
+                ColumnType::Str | ColumnType::Bytes if self.len > 0 => (self.len + 1) * 4,
+                ty => self.len * width(ty),
+            };
+            let (values_touched, data_touched) = &mut self.touched[ci];
+            pages += prefault_one(
+                &c.values,
+                next,
+                values_touched,
+                ahead_bytes,
+                pages_max - pages,
+            );
+            if let Some(d) = &c.data {
+                let next = self.data_len[ci];
+                pages += prefault_one(d, next, data_touched, ahead_bytes, pages_max - pages);
+            }
+        }
+        pages
     }
 
     pub fn room(&self) -> usize {
@@ -268,7 +317,7 @@ impl ActiveChunk {
     /// Freezes the chunk: packs bitmaps, builds the Arrow batch once and the
     /// per-symbol row index.
     pub fn seal(
-        self,
+        &self,
         schema: &SchemaRef,
         dict: Arc<StringArray>,
         sym_column: Option<usize>,
@@ -294,6 +343,30 @@ impl ActiveChunk {
             sym_index,
         })
     }
+}
+
+/// `ActiveChunk::prefault` for one region whose first unwritten byte is
+/// `next`, touched up to `touched` so far, with `pages_max` pages left.
+fn prefault_one(
+    region: &Region,
+    next: usize,
+    touched: &mut usize,
+    ahead_bytes: usize,
+    pages_max: usize,
+) -> usize {
+    let from = (*touched).max(next);
+    let want = (next + ahead_bytes).min(region.len());
+    if from >= want || pages_max == 0 {
+        return 0;
+    }
+    let budget = pages_max.saturating_mul(PAGE_BYTES);
+    let to = want.min(from.next_multiple_of(PAGE_BYTES).saturating_add(budget));
+    // SAFETY: the caller is the chunk's single writer (`&mut ActiveChunk`),
+    // and every byte at or beyond `next` is unwritten and unpublished
+    // (`from >= next`).
+    let pages = unsafe { region.prefault(from, to) };
+    *touched = to;
+    pages
 }
 
 /// The bytes of a slice of plain numbers, for copying into a region.

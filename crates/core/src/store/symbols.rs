@@ -83,7 +83,7 @@ impl SymbolDict {
         let data = domains.alloc_for(MemUse::Symbols, SYMBOL_BYTES_INITIAL)?;
         let ids = HashTable::new();
         Ok(SymbolDict {
-            table_bytes: Tracked::new(domains.stats(), MemUse::Symbols, 0),
+            table_bytes: Tracked::new(domains, MemUse::Symbols, 0),
             domains: domains.clone(),
             offsets: Arc::new(offsets),
             data: Arc::new(data),

@@ -4,14 +4,28 @@
 //! Keyed tables are stored like append tables (an upsert appends the new
 //! row); a reader's snapshot keeps only the latest row per key, and that
 //! deduplicated snapshot is cached per published version.
+//!
+//! An apply does only what its rows need before they are published: copy
+//! them into the active chunk and publish. The chunk's upkeep comes after
+//! (`upkeep`, which the store runs once the batch is published): sealing a
+//! chunk the batch filled (readers see it unsealed until then), allocating
+//! the next chunk before the active one is full, and touching the pages
+//! the next appends will write. So in zero-latency mode a row never waits
+//! for a seal, an allocation or a page fault that is not its own. A table
+//! with fsmem columns has its next chunk allocated on the store's allocator
+//! thread (`alloc`), so that no update waits on the file system either.
 
+use super::alloc::Allocator;
 use super::chunk::{ActiveChunk, ActiveView};
 use super::row_key::{row_key_bytes, SymbolBytes};
 use super::snapshot::{active_chunk, ChunkSnapshot, TableSnapshot};
 use super::symbols::SymbolDict;
-use super::{CHUNK_ROWS_MAX, CHUNK_ROWS_MIN, VAR_BYTES_PER_ROW};
+use super::{
+    CHUNK_ROWS_MAX, CHUNK_ROWS_MIN, PREFAULT_AHEAD_BYTES, PREFAULT_PAGES_PER_UPKEEP_MAX,
+    SPARE_AT_FILL_PERCENT, VAR_BYTES_PER_ROW,
+};
 use crate::batch::{Batch, ColumnData};
-use crate::domain::{Domains, MemUse, Tracked};
+use crate::domain::{Domain, Domains, MemUse, Tracked};
 use crate::error::{CoreError, Result};
 use crate::schema::{ColumnType, TableDef, TableKind};
 use arc_swap::ArcSwap;
@@ -19,6 +33,7 @@ use arrow_array::{BooleanArray, StringArray};
 use arrow_schema::{DataType, Field, Schema as ArrowSchema, SchemaRef, TimeUnit};
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
 
 /// The Arrow schema of a table: what SQL sees.
@@ -47,6 +62,8 @@ pub fn arrow_schema(def: &TableDef) -> SchemaRef {
 
 struct Published {
     sealed: Arc<Vec<ChunkSnapshot>>,
+    /// A chunk the last batch filled, not sealed yet (`upkeep` seals it).
+    full: Option<ActiveView>,
     active: Option<ActiveView>,
     dict: Arc<StringArray>,
     rows: u64,
@@ -56,6 +73,13 @@ struct Published {
 
 struct Writer {
     active: Option<ActiveChunk>,
+    /// A chunk an apply filled: published as it is, sealed by `upkeep`.
+    full: Option<ActiveChunk>,
+    /// The next chunk, allocated by `upkeep` before the active one is full
+    /// (sized for `next_capacity` rows).
+    spare: Option<ActiveChunk>,
+    /// The next chunk being allocated on the allocator thread.
+    spare_pending: Option<Receiver<Result<ActiveChunk>>>,
     sealed: Arc<Vec<ChunkSnapshot>>,
     dict: SymbolDict,
     next_capacity: usize,
@@ -69,6 +93,8 @@ pub(crate) struct TableStore {
     def: Arc<TableDef>,
     schema: SchemaRef,
     domains: Domains,
+    /// Allocates this table's next chunk when it has fsmem columns.
+    allocator: Option<Arc<Allocator>>,
     writer: Mutex<Writer>,
     published: ArcSwap<Published>,
     /// A keyed table's latest-row snapshot for one published version, and
@@ -77,16 +103,27 @@ pub(crate) struct TableStore {
 }
 
 impl TableStore {
-    pub fn new(def: Arc<TableDef>, domains: Domains) -> Result<TableStore> {
+    /// `allocator`: the store's allocator thread, used for the chunks of a
+    /// table with fsmem columns.
+    pub fn new(
+        def: Arc<TableDef>,
+        domains: Domains,
+        allocator: &Arc<Allocator>,
+    ) -> Result<TableStore> {
         let schema = arrow_schema(&def);
+        let fsmem = def.columns.iter().any(|c| c.domain == Domain::Fsmem);
         let mut dict = SymbolDict::new(&domains)?;
         let values = dict.values();
         Ok(TableStore {
             def,
             schema,
             domains,
+            allocator: fsmem.then(|| allocator.clone()),
             writer: Mutex::new(Writer {
                 active: None,
+                full: None,
+                spare: None,
+                spare_pending: None,
                 sealed: Arc::new(Vec::new()),
                 dict,
                 next_capacity: CHUNK_ROWS_MIN,
@@ -96,6 +133,7 @@ impl TableStore {
             }),
             published: ArcSwap::from_pointee(Published {
                 sealed: Arc::new(Vec::new()),
+                full: None,
                 active: None,
                 dict: values,
                 rows: 0,
@@ -144,6 +182,9 @@ impl TableStore {
         Ok(())
     }
 
+    /// Appends `batch` and publishes it. The upkeep it leaves (a chunk it
+    /// filled to seal, the next chunk to allocate, pages to touch) is done
+    /// by `upkeep`, after the rows are visible.
     pub fn apply(&self, batch: &Batch) -> Result<()> {
         self.check(batch)?;
         if batch.rows == 0 {
@@ -151,6 +192,9 @@ impl TableStore {
         }
         let mut guard = self.writer.lock();
         let w = &mut *guard;
+        // A chunk filled by an apply whose upkeep did not run (or failed)
+        // is sealed before another can fill.
+        self.seal_full(w)?;
         let sym_ids: Vec<Vec<u32>> = batch
             .columns
             .iter()
@@ -187,7 +231,11 @@ impl TableStore {
             )?;
             from += n;
             if active.room() == 0 {
-                self.seal(w)?;
+                // The full chunk is published as it is and sealed by the
+                // upkeep. One waits at most: a batch that fills another
+                // (a bulk load) seals the older one first, in order.
+                self.seal_full(w)?;
+                w.full = w.active.take();
             }
         }
         w.rows += batch.rows as u64;
@@ -196,11 +244,93 @@ impl TableStore {
         Ok(())
     }
 
+    /// The work an apply leaves for after its rows are published (see the
+    /// module comment): seals a chunk the apply filled, allocates the next
+    /// chunk once the active one is `SPARE_AT_FILL_PERCENT` full, and
+    /// touches up to `PREFAULT_PAGES_PER_UPKEEP_MAX` pages of what the next
+    /// appends will write. Each step is bounded, and a table with nothing
+    /// to do returns at once.
+    pub fn upkeep(&self) -> Result<()> {
+        let mut guard = self.writer.lock();
+        let w = &mut *guard;
+        if w.full.is_some() {
+            self.seal_full(w)?;
+            self.publish(w);
+        }
+        let spare_due = match &w.active {
+            Some(a) => a.len * 100 >= a.capacity() * SPARE_AT_FILL_PERCENT,
+            // The chunk just sealed was the last: the next apply starts one.
+            None => w.version > 0,
+        };
+        if let Some(rx) = &w.spare_pending {
+            match rx.try_recv() {
+                Err(TryRecvError::Empty) => {}
+                Ok(Ok(chunk)) if chunk.capacity() == w.next_capacity => {
+                    w.spare = Some(chunk);
+                    w.spare_pending = None;
+                }
+                // It failed (the writer allocates when it needs a chunk,
+                // and reports the error then), or it is the wrong size.
+                Ok(_) | Err(TryRecvError::Disconnected) => w.spare_pending = None,
+            }
+        } else if w.spare.is_none() && spare_due {
+            let capacity = w.next_capacity;
+            let var_bytes = capacity * VAR_BYTES_PER_ROW;
+            match &self.allocator {
+                Some(allocator) => {
+                    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+                    let (def, domains) = (self.def.clone(), self.domains.clone());
+                    let job = Box::new(move || {
+                        let chunk =
+                            ActiveChunk::new(&def, &domains, capacity, var_bytes).map(|mut c| {
+                                // Its first pages too, off the writer's thread.
+                                c.prefault(PREFAULT_AHEAD_BYTES, usize::MAX);
+                                c
+                            });
+                        // A writer that stopped waiting drops it here.
+                        let _ = tx.send(chunk);
+                    });
+                    if allocator.submit(job) {
+                        w.spare_pending = Some(rx);
+                    }
+                }
+                None => {
+                    w.spare = Some(ActiveChunk::new(
+                        &self.def,
+                        &self.domains,
+                        capacity,
+                        var_bytes,
+                    )?)
+                }
+            }
+        }
+        // Ahead of the writer in the active chunk first, then the start of
+        // the spare one, within one budget of pages.
+        let mut pages = PREFAULT_PAGES_PER_UPKEEP_MAX;
+        if let Some(a) = w.active.as_mut() {
+            pages -= a.prefault(PREFAULT_AHEAD_BYTES, pages);
+        }
+        if let Some(s) = w.spare.as_mut() {
+            s.prefault(PREFAULT_AHEAD_BYTES, pages);
+        }
+        Ok(())
+    }
+
     fn start_chunk(&self, w: &mut Writer, batch: &Batch, from: usize) -> Result<()> {
         let capacity = w.next_capacity;
         w.next_capacity = (capacity * 2).min(CHUNK_ROWS_MAX);
         let one_row = ActiveChunk::var_bytes_needed(batch, from, from + 1);
         let var_bytes = (capacity * VAR_BYTES_PER_ROW).max(one_row * 2);
+        // The spare fits unless the first row's strings need more room.
+        if let Some(spare) = w.spare.take() {
+            if spare.capacity() == capacity && spare.var_bytes().is_none_or(|b| b >= var_bytes) {
+                w.active = Some(spare);
+                return Ok(());
+            }
+        }
+        // One still being allocated is not waited for: it could be waiting
+        // on the file system.
+        w.spare_pending = None;
         w.active = Some(ActiveChunk::new(
             &self.def,
             &self.domains,
@@ -210,7 +340,27 @@ impl TableStore {
         Ok(())
     }
 
+    /// Seals the chunk an apply filled, if any. On an error the chunk stays
+    /// where it is (published, readable), for the next attempt.
+    fn seal_full(&self, w: &mut Writer) -> Result<()> {
+        if let Some(full) = &w.full {
+            let sealed = full.seal(
+                &self.schema,
+                w.dict.values(),
+                self.def.sym_column,
+                &self.domains,
+            )?;
+            Arc::make_mut(&mut w.sealed).push(sealed);
+            w.full = None;
+        }
+        Ok(())
+    }
+
+    /// Seals the active chunk now (the next row's strings do not fit in
+    /// it), after the full chunk before it if one waits, so that chunks
+    /// stay in order.
     fn seal(&self, w: &mut Writer) -> Result<()> {
+        self.seal_full(w)?;
         if let Some(active) = w.active.take() {
             if active.len == 0 {
                 return Ok(());
@@ -229,6 +379,7 @@ impl TableStore {
     fn publish(&self, w: &mut Writer) {
         self.published.store(Arc::new(Published {
             sealed: w.sealed.clone(),
+            full: w.full.as_ref().map(|a| a.view()),
             active: w.active.as_ref().map(|a| a.view()),
             dict: w.dict.values(),
             rows: w.rows,
@@ -240,12 +391,34 @@ impl TableStore {
     pub fn clear(&self) {
         let mut w = self.writer.lock();
         w.active = None;
+        w.full = None;
+        w.spare = None;
+        if let Some(rx) = w.spare_pending.take() {
+            // Wait for it and free it here, so that a cleared table holds
+            // nothing (clearing is not on the update path).
+            drop(rx.recv());
+        }
         w.sealed = Arc::new(Vec::new());
         w.next_capacity = CHUNK_ROWS_MIN;
         w.rows = 0;
         w.version += 1;
         w.generation += 1;
         self.publish(&mut w);
+    }
+
+    /// Bytes this table holds now, per domain, from its own counters (see
+    /// `Store::memory` for what is counted).
+    pub fn memory(&self) -> super::TableMemory {
+        let Some(s) = self.domains.table_stats() else {
+            return super::TableMemory::default();
+        };
+        super::TableMemory {
+            dram: s.bytes(Domain::Dram)
+                + s.use_bytes(MemUse::Symbols)
+                + s.use_bytes(MemUse::Index(Domain::Dram))
+                + s.use_bytes(MemUse::Cache),
+            fsmem: s.bytes(Domain::Fsmem),
+        }
     }
 
     pub fn published_rows(&self) -> u64 {
@@ -265,7 +438,7 @@ impl TableStore {
             }
             let raw = self.raw_snapshot(&p)?;
             let (snap, copied) = latest_per_key(raw, key)?;
-            let account = Tracked::new(self.domains.stats(), MemUse::Cache, copied);
+            let account = Tracked::new(&self.domains, MemUse::Cache, copied);
             *self.keyed_cache.lock() = Some((p.version, snap.clone(), account));
             return Ok(snap);
         }
@@ -283,7 +456,7 @@ impl TableStore {
 
     fn raw_snapshot(&self, p: &Published) -> Result<TableSnapshot> {
         let mut chunks: Vec<ChunkSnapshot> = p.sealed.as_ref().clone();
-        if let Some(view) = &p.active {
+        for view in [&p.full, &p.active].into_iter().flatten() {
             if view.len > 0 {
                 chunks.push(active_chunk(&self.schema, view, p.dict.clone())?);
             }
