@@ -22,12 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import duckdb
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_query as bq  # noqa: E402
 import benchutil  # noqa: E402
-from benchutil import free_port  # noqa: E402
 
 SECTION = "## One symbol on a 50M-row rdb"
 REGEN_LINE = ("`.venv/bin/python scripts/bench_monitor.py [--quick]` regenerates \"One symbol on a 50M-row rdb\" "
@@ -62,8 +59,7 @@ def main() -> int:
     a = ap.parse_args()
     if a.quick:
         a.trades, a.quotes, a.repeats = 500_000, 4_500_000, 3
-    jar = Path(os.environ.get("TICKDB_BENCH_CACHE", Path.home() / ".cache/tickdb-bench")) / \
-        f"questdb-{bq.QUESTDB_VERSION}.jar"
+    jar = bq.questdb_jar()
     use_questdb = not a.no_questdb and jar.exists() and shutil.which("java") is not None
     if not a.no_questdb and not use_questdb:
         log(f"QuestDB skipped: need java and {jar} (tickdb bench report downloads it)")
@@ -79,43 +75,15 @@ def main() -> int:
         counts = {sym: (int((trades["sym"] == sym).sum()), int((quotes["sym"] == sym).sum()))
                   for sym in picks.values()}
 
-        http = free_port()
-        tick = bq.Server("tickdb", [a.bin, "up", "--http-port", str(http), "--ilp-port", str(free_port()),
-                                    "--tp-port", str(free_port()), "--repl-port", str(free_port()),
-                                    "--pg-port", str(free_port()), "--data-dir", str(work / "tickdb"),
-                                    "--fsync", "never", "--query-timeout-ms", "600000",
-                                    "--query-memory-bytes", str(8 << 30)],
-                         work / "tickdb.log", env={**os.environ, "TICKDB_LOG": "warn"})
+        tick, http, _ = bq.start_tickdb(a.bin, work)
         servers.append(tick)
-        tick.wait_http(f"http://127.0.0.1:{http}/health")
-        bq.load_ilp(http, "tickdb", quotes, "quote")
-        bq.load_ilp(http, "tickdb", trades, "trade")
-        bq.wait_rows(http, "trade", a.trades, "select count(*) from {table}")
-        bq.wait_rows(http, "quote", a.quotes, "select count(*) from {table}")
-
+        bq.load_all(http, "tickdb", trades, quotes, "select count(*) from {table}")
         qhttp = None
         if use_questdb:
-            qhttp = free_port()
-            root = work / "questdb"
-            (root / "conf").mkdir(parents=True)
-            (root / "conf" / "server.conf").write_text(
-                f"http.bind.to=127.0.0.1:{qhttp}\nline.tcp.net.bind.to=127.0.0.1:{free_port()}\n"
-                "pg.enabled=false\nhttp.min.enabled=false\nline.udp.enabled=false\ntelemetry.enabled=false\n")
-            qdb = bq.Server("QuestDB", ["java", "-p", str(jar), "-m", "io.questdb/io.questdb.ServerMain",
-                                        "-d", str(root)], work / "questdb.log")
+            qdb, qhttp = bq.start_questdb(jar, work)
             servers.append(qdb)
-            qdb.wait_http(f"http://127.0.0.1:{qhttp}/exec?query=select%201")
-            bq.load_ilp(qhttp, "QuestDB", quotes, "quote")
-            bq.load_ilp(qhttp, "QuestDB", trades, "trade")
-            bq.wait_rows(qhttp, "trade", a.trades, "select count() from {table}")
-            bq.wait_rows(qhttp, "quote", a.quotes, "select count() from {table}")
-
-        log("loading DuckDB (in process)")
-        con = duckdb.connect()
-        con.register("tdf", trades)
-        con.register("qdf", quotes)
-        con.execute("create table trade as select time, cast(sym as varchar) sym, price, size from tdf")
-        con.execute("create table quote as select time, cast(sym as varchar) sym, bid, ask, bsize, asize from qdf")
+            bq.load_all(qhttp, "QuestDB", trades, quotes, "select count() from {table}")
+        con = bq.duckdb_with(trades, quotes)
         del trades, quotes
 
         rows = []

@@ -148,6 +148,68 @@ def wait_rows(port: int, table: str, n: int, count_sql: str) -> None:
     raise SystemExit(f"{table}: rows not visible on port {port}")
 
 
+def questdb_jar() -> Path:
+    """Where `tickdb bench report` keeps the QuestDB jar."""
+    cache = Path(os.environ.get("TICKDB_BENCH_CACHE", Path.home() / ".cache/tickdb-bench"))
+    return cache / f"questdb-{QUESTDB_VERSION}.jar"
+
+
+def start_tickdb(binary: str, work: Path) -> tuple[Server, int, int]:
+    """`tickdb up` on free loopback ports, data in work/tickdb, no fsync,
+    queries allowed 10 minutes and 8 GiB; ready. (server, HTTP port, PG port)."""
+    http, pg = free_port(), free_port()
+    tick = Server("tickdb", [binary, "up", "--http-port", str(http), "--ilp-port", str(free_port()),
+                             "--tp-port", str(free_port()), "--repl-port", str(free_port()), "--pg-port", str(pg),
+                             "--data-dir", str(work / "tickdb"), "--fsync", "never",
+                             "--query-timeout-ms", "600000", "--query-memory-bytes", str(8 << 30)],
+                  work / "tickdb.log", env={**os.environ, "TICKDB_LOG": "warn"})
+    try:
+        tick.wait_http(f"http://127.0.0.1:{http}/health")
+    except BaseException:
+        tick.stop()
+        raise
+    return tick, http, pg
+
+
+def start_questdb(jar: Path, work: Path) -> tuple[Server, int]:
+    """QuestDB with its defaults on free loopback ports (PG and UDP off),
+    data in work/questdb; ready. (server, HTTP port)."""
+    qhttp = free_port()
+    root = work / "questdb"
+    (root / "conf").mkdir(parents=True)
+    (root / "conf" / "server.conf").write_text(
+        f"http.bind.to=127.0.0.1:{qhttp}\nline.tcp.net.bind.to=127.0.0.1:{free_port()}\n"
+        "pg.enabled=false\nhttp.min.enabled=false\nline.udp.enabled=false\ntelemetry.enabled=false\n")
+    qdb = Server("QuestDB", ["java", "-p", str(jar), "-m", "io.questdb/io.questdb.ServerMain", "-d", str(root)],
+                 work / "questdb.log")
+    try:
+        qdb.wait_http(f"http://127.0.0.1:{qhttp}/exec?query=select%201")
+    except BaseException:
+        qdb.stop()
+        raise
+    return qdb, qhttp
+
+
+def load_all(port: int, name: str, trades: pd.DataFrame, quotes: pd.DataFrame, count_sql: str) -> float:
+    """Quotes then trades through the ILP client, until every row is
+    queryable; seconds of loading."""
+    took = load_ilp(port, name, quotes, "quote") + load_ilp(port, name, trades, "trade")
+    wait_rows(port, "trade", len(trades), count_sql)
+    wait_rows(port, "quote", len(quotes), count_sql)
+    return took
+
+
+def duckdb_with(trades: pd.DataFrame, quotes: pd.DataFrame) -> duckdb.DuckDBPyConnection:
+    """DuckDB in process, holding the same rows as tables trade and quote."""
+    log("loading DuckDB (in process)")
+    con = duckdb.connect()
+    con.register("tdf", trades)
+    con.register("qdf", quotes)
+    con.execute("create table trade as select time, cast(sym as varchar) sym, price, size from tdf")
+    con.execute("create table quote as select time, cast(sym as varchar) sym, bid, ask, bsize, asize from qdf")
+    return con
+
+
 def timed(fn, repeats: int) -> tuple[float, object, list[float]]:
     out = fn()  # warm-up, and the answer to compare
     times = []
@@ -412,7 +474,7 @@ def main() -> int:
     a = ap.parse_args()
     if a.quick:
         a.rows, a.repeats = 500_000, 3
-    jar = Path(os.environ.get("TICKDB_BENCH_CACHE", Path.home() / ".cache/tickdb-bench")) / f"questdb-{QUESTDB_VERSION}.jar"
+    jar = questdb_jar()
     use_questdb = not a.no_questdb and not a.only_results_out and jar.exists() and shutil.which("java") is not None
     if not a.no_questdb and not use_questdb:
         log(f"QuestDB skipped: need java and {jar} (tickdb bench report downloads it)")
@@ -425,17 +487,9 @@ def main() -> int:
         log(f"generating {a.rows:,} trades and {a.rows:,} quotes over {a.syms} symbols (seed {a.seed})")
         trades, quotes = gen(a.rows, a.syms, a.seed)
 
-        http, pg = free_port(), free_port()
-        tick = Server("tickdb", [a.bin, "up", "--http-port", str(http), "--ilp-port", str(free_port()),
-                                 "--tp-port", str(free_port()), "--repl-port", str(free_port()), "--pg-port", str(pg), "--data-dir", str(work / "tickdb"),
-                                 "--fsync", "never", "--query-timeout-ms", "600000",
-                                 "--query-memory-bytes", str(8 << 30)],
-                      work / "tickdb.log", env={**os.environ, "TICKDB_LOG": "warn"})
+        tick, http, pg = start_tickdb(a.bin, work)
         servers.append(tick)
-        tick.wait_http(f"http://127.0.0.1:{http}/health")
-        load = {"tickdb": load_ilp(http, "tickdb", quotes, "quote") + load_ilp(http, "tickdb", trades, "trade")}
-        wait_rows(http, "trade", a.rows, "select count(*) from {table}")
-        wait_rows(http, "quote", a.rows, "select count(*) from {table}")
+        load = {"tickdb": load_all(http, "tickdb", trades, quotes, "select count(*) from {table}")}
 
         # Results out: the server's memory first, before any query leaves
         # freed memory in its allocator that a buffered result could hide
@@ -450,26 +504,11 @@ def main() -> int:
 
         qhttp = None
         if use_questdb:
-            qhttp = free_port()
-            root = work / "questdb"
-            (root / "conf").mkdir(parents=True)
-            (root / "conf" / "server.conf").write_text(
-                f"http.bind.to=127.0.0.1:{qhttp}\nline.tcp.net.bind.to=127.0.0.1:{free_port()}\n"
-                "pg.enabled=false\nhttp.min.enabled=false\nline.udp.enabled=false\ntelemetry.enabled=false\n")
-            qdb = Server("QuestDB", ["java", "-p", str(jar), "-m", "io.questdb/io.questdb.ServerMain", "-d", str(root)],
-                         work / "questdb.log")
+            qdb, qhttp = start_questdb(jar, work)
             servers.append(qdb)
-            qdb.wait_http(f"http://127.0.0.1:{qhttp}/exec?query=select%201")
-            load["questdb"] = load_ilp(qhttp, "QuestDB", quotes, "quote") + load_ilp(qhttp, "QuestDB", trades, "trade")
-            wait_rows(qhttp, "trade", a.rows, "select count() from {table}")
-            wait_rows(qhttp, "quote", a.rows, "select count() from {table}")
+            load["questdb"] = load_all(qhttp, "QuestDB", trades, quotes, "select count() from {table}")
 
-        log("loading DuckDB (in process)")
-        con = duckdb.connect()
-        con.register("tdf", trades)
-        con.register("qdf", quotes)
-        con.execute("create table trade as select time, cast(sym as varchar) sym, price, size from tdf")
-        con.execute("create table quote as select time, cast(sym as varchar) sym, bid, ask, bsize, asize from qdf")
+        con = duckdb_with(trades, quotes)
 
         results = {}
         hints: dict[str, str] = {}
