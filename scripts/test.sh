@@ -10,13 +10,19 @@
 #                                   TICKDB_FAULT_ROUNDS=N sets the harness's rounds,
 #                                   TICKDB_FAULT_SEED=S reruns from a printed seed)
 #   SKIP_CARGO_TEST=1 scripts/test.sh   build, then only the Python tests
+#   SKIP_FUZZ=1 scripts/test.sh     without the fuzz run (scripts/fuzz.sh: every
+#                                   decoder's cargo-fuzz target, 20 s each, 60 s
+#                                   under --long; skipped, saying so, when the
+#                                   nightly toolchain is missing)
 #
 # Builds once: `cargo test --no-run` builds the test binaries and the tickdb
 # binary with one feature resolution, so nothing is compiled twice.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+fuzz_seconds=20
 if [[ "${1:-}" == "--long" ]]; then
     export TICKDB_LONG=1
+    fuzz_seconds=60
     shift
 fi
 banner() { printf '\n=== %s ===\n' "$*"; }
@@ -38,6 +44,15 @@ cargo test --workspace --no-run
 if [[ "${SKIP_CARGO_TEST:-0}" != "1" ]]; then
     banner "cargo test"
     cargo test --workspace
+fi
+
+banner "fuzz (every decoder, ${fuzz_seconds} s per target)"
+if [[ "${SKIP_FUZZ:-0}" == "1" ]]; then
+    echo "skipped: SKIP_FUZZ=1"
+elif ! cargo +nightly --version >/dev/null 2>&1; then
+    echo "skipped: the nightly toolchain is missing (cargo-fuzz needs it: rustup toolchain install nightly --profile minimal)"
+else
+    scripts/fuzz.sh --seconds "$fuzz_seconds"
 fi
 
 banner "Python integration tests"

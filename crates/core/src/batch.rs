@@ -401,6 +401,9 @@ pub struct BatchBuilder {
     any_null: Vec<bool>,
     set_in_row: Vec<bool>,
     sym_lookup: Vec<HashMap<String, u32>>,
+    /// Per column, the symbols the current row added to its dictionary:
+    /// an abandoned row takes them out again.
+    sym_added: Vec<u32>,
     rows: usize,
 }
 
@@ -415,6 +418,7 @@ impl BatchBuilder {
             any_null: vec![false; n],
             set_in_row: vec![false; n],
             sym_lookup: vec![HashMap::new(); n],
+            sym_added: vec![0; n],
             rows: 0,
         }
     }
@@ -450,6 +454,7 @@ impl BatchBuilder {
                         let k = dict.len() as u32;
                         dict.push(s.to_string());
                         lookup.insert(s.to_string(), k);
+                        self.sym_added[col] += 1;
                         k
                     }
                 };
@@ -478,6 +483,7 @@ impl BatchBuilder {
                 self.any_null[col] = true;
             }
             self.set_in_row[col] = false;
+            self.sym_added[col] = 0;
         }
         self.rows += 1;
     }
@@ -488,6 +494,16 @@ impl BatchBuilder {
             if self.set_in_row[col] {
                 truncate_to(&mut self.columns[col], self.rows);
                 self.set_in_row[col] = false;
+            }
+            // A symbol only the abandoned row used leaves the dictionary too:
+            // the codec bounds a dictionary by the batch's rows, so a batch
+            // holding unused entries would not decode (found by fuzzing ILP).
+            if let ColumnData::Symbol { dict, .. } = &mut self.columns[col] {
+                for _ in 0..std::mem::take(&mut self.sym_added[col]) {
+                    if let Some(s) = dict.pop() {
+                        self.sym_lookup[col].remove(&s);
+                    }
+                }
             }
         }
     }
@@ -559,6 +575,37 @@ mod tests {
         let sel = batch.select(&[1]);
         assert_eq!(sel.rows, 1);
         assert_eq!(sel.columns[3].data, ColumnData::I64(vec![7]));
+    }
+
+    /// A rejected row's new symbol does not stay in the dictionary: the batch
+    /// must still decode, and the codec bounds a dictionary by the rows
+    /// (found by fuzzing ILP: a good line, then a bad line with a new symbol).
+    #[test]
+    fn an_abandoned_row_takes_its_new_symbols_out_of_the_dictionary() {
+        let s = Schema::default_schema();
+        let mut b = BatchBuilder::new(s.table("trade").unwrap());
+        b.set(0, Value::Timestamp(1));
+        b.set(1, Value::Symbol("A"));
+        b.end_row();
+        b.set(0, Value::Timestamp(2));
+        b.set(1, Value::Symbol("B"));
+        b.abandon_row();
+        b.set(0, Value::Timestamp(3));
+        b.set(1, Value::Symbol("A"));
+        b.abandon_row();
+        b.set(0, Value::Timestamp(4));
+        b.set(1, Value::Symbol("C"));
+        b.end_row();
+        let batch = b.finish();
+        assert_eq!(
+            batch.columns[1].data,
+            ColumnData::Symbol {
+                dict: vec!["A".into(), "C".into()],
+                keys: vec![0, 1]
+            }
+        );
+        let enc = crate::codec::encode_to_vec(std::slice::from_ref(&batch));
+        assert_eq!(crate::codec::decode(&enc, Some(&s)).unwrap(), vec![batch]);
     }
 
     /// A selection of a few rows out of many symbols keeps only the symbols

@@ -123,7 +123,9 @@ fn scan_prefix(buf: &[u8], name_seq: u64) -> PrefixScan {
     s.valid_end = off as u64;
     while off < buf.len() {
         match check_record(buf, off) {
-            RecordCheck::Ok(h) if h.seq == s.next_seq => {
+            // No record can follow seq u64::MAX: a record bearing it (a
+            // damaged or hostile file) ends the valid prefix.
+            RecordCheck::Ok(h) if h.seq == s.next_seq && h.seq != u64::MAX => {
                 s.totals.add(h.seq, h.rows, h.time_ns);
                 s.next_seq += 1;
                 off += h.total_len() as usize;
@@ -852,7 +854,7 @@ pub(crate) fn verify_with(
                         }
                     }
                     seg_totals.add(h.seq, h.rows, h.time_ns);
-                    next = h.seq + 1;
+                    next = h.seq.saturating_add(1);
                     off += h.total_len() as usize;
                 }
                 bad => {

@@ -237,13 +237,22 @@ impl RecordStream {
                     found: h.seq,
                 });
             }
+            // A seq no record can follow (only a damaged or hostile file
+            // holds one) is an error, not an overflow.
+            let Some(after) = h.seq.checked_add(1) else {
+                out.truncate(start);
+                return Err(corrupt(format!(
+                    "record seq {} leaves no sequence number for a next record",
+                    h.seq
+                )));
+            };
             let meta = RecordMeta {
                 header: h,
                 segment: cur.header,
                 offset: cur.offset,
             };
             cur.offset += h.total_len();
-            cur.next_in_file += 1;
+            cur.next_in_file = after;
             self.bytes_read += h.total_len();
             if h.seq < self.next_seq {
                 out.truncate(start);
@@ -287,7 +296,7 @@ impl RecordStream {
                 offset: cur.offset,
                 reason: format!(
                     "journal ends at seq {} but seq {} was given as committed",
-                    want - 1,
+                    want.saturating_sub(1),
                     self.to_seq
                 ),
             }),

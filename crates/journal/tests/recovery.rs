@@ -576,3 +576,45 @@ fn checked_in_v1_fixtures() {
     let err = Journal::open(&flip, JournalOptions::default()).unwrap_err();
     assert!(err.to_string().contains("offset 73"), "{err}");
 }
+
+/// Sequence numbers at the ends of the u64 range, in records that pass their
+/// CRC (a hostile or damaged file, found by fuzzing): verify, recovery and
+/// the readers answer with reports or errors, never an overflow panic.
+#[test]
+fn extreme_sequence_numbers_are_errors_not_overflows() {
+    for (first_seq, seqs) in [
+        (u64::MAX, vec![u64::MAX]),
+        (u64::MAX - 1, vec![u64::MAX - 1, u64::MAX, u64::MAX]),
+        (3, vec![3, u64::MAX]),
+        (0, vec![]),
+        (0, vec![0, 1]),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut seg = SegmentHeader {
+            first_seq,
+            created_unix_ns: 0,
+        }
+        .encode()
+        .to_vec();
+        for s in &seqs {
+            encode_record(&mut seg, *s, 1, 0, 0, b"payload");
+        }
+        let name = tickdb_journal::format::segment_file_name(first_seq);
+        set_file(&dir.path().join(name), &seg);
+        let _ = verify(dir.path());
+        for r in [
+            tickdb_journal::JournalReader::open(dir.path(), first_seq, u64::MAX).map(|r| r.count()),
+            tickdb_journal::RawReader::open(dir.path(), first_seq, u64::MAX).map(|r| r.count()),
+        ] {
+            let _ = r;
+        }
+        for recovery in [RecoveryMode::Strict, RecoveryMode::PointInTime] {
+            let opts = JournalOptions {
+                fsync: FsyncPolicy::Never,
+                recovery,
+                ..JournalOptions::default()
+            };
+            let _ = Journal::open(dir.path(), opts);
+        }
+    }
+}
