@@ -12,6 +12,7 @@ pub mod schema;
 pub mod schema_diff;
 mod schema_file;
 pub mod store;
+pub mod testing;
 
 pub use batch::{Batch, BatchBuilder, Column, ColumnData};
 pub use error::CoreError;

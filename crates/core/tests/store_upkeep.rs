@@ -50,18 +50,8 @@ impl Rng {
 }
 
 fn seed() -> u64 {
-    let s = std::env::var("TICKDB_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(1)
-        })
-        | 1;
-    eprintln!("seed {s} (rerun with TICKDB_TEST_SEED={s})");
-    s
+    // Odd: the generator's state must not be zero.
+    tickdb_core::testing::seed("store upkeep") | 1
 }
 
 /// Random batch sizes, from one row to several chunks, applied with the

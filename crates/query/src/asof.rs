@@ -1735,16 +1735,7 @@ mod tests {
 
     #[test]
     fn galloping_from_any_hint_finds_the_partition_point() {
-        let seed: u64 = std::env::var("TICKDB_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos() as u64)
-                    .unwrap_or(1)
-            });
-        eprintln!("galloping seed {seed} (rerun with TICKDB_SEED={seed})");
+        let seed = tickdb_core::testing::seed("galloping");
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         for _ in 0..2000 {
             let n = rng.random_range(0..200);

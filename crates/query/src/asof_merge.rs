@@ -268,16 +268,7 @@ mod tests {
 
     #[test]
     fn the_cursor_finds_what_a_scan_of_every_row_finds() {
-        let seed: u64 = std::env::var("TICKDB_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos() as u64)
-                    .unwrap_or(1)
-            });
-        eprintln!("as-of merge seed {seed} (rerun with TICKDB_SEED={seed})");
+        let seed = tickdb_core::testing::seed("as-of merge");
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         for _ in 0..300 {
             let keys = rng.random_range(1..6u32);
