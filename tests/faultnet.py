@@ -724,12 +724,12 @@ class FaultProxy:
 
 # --- etcd ---------------------------------------------------------------
 
-ETCD = os.environ.get("TICKDB_ETCD", shutil.which("etcd") or "/usr/bin/etcd")
+ETCD = os.environ.get("TICKDB_TEST_ETCD_BIN", shutil.which("etcd") or "/usr/bin/etcd")
 
 
 def have_etcd() -> tuple[bool, str]:
     if not os.path.exists(ETCD):
-        return False, f"needs etcd (not found at {ETCD}; set TICKDB_ETCD)"
+        return False, f"needs etcd (not found at {ETCD}; set TICKDB_TEST_ETCD_BIN)"
     return True, ""
 
 

@@ -207,7 +207,7 @@ def test_failover_under_faults(cluster, tmp_path, mode):
             for name, where in (("a", a_n), ("b", b_n)):
                 urls = ",".join(etcd.endpoints_for(where) if not netns else etcd.client_urls)
                 p = cluster.up(data_dir=tmp_path / name, start=False, extra=[
-                    "--bind", where.ip, "--etcd", urls, "--node-name", name,
+                    "--bind", where.ip, "--no-protected-mode", "--etcd", urls, "--node-name", name,
                     "--lease-ttl-s", str(LEASE_TTL_S), "--fence-margin-ms", str(FENCE_MARGIN_MS),
                     "--replication", mode, "--fsync", "always", "--sync-timeout-ms", "1000"])
                 where.place(p)

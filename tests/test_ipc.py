@@ -580,7 +580,7 @@ def test_answers_to_a_client_off_loopback_are_compressed_as_kdb_does(cluster):
     with FaultNet(mode="netns") as net:
         where = net.add_node("ipc")
         port = free_port()
-        node = cluster.up(start=False, extra=["--bind", where.ip, "--ipc-port", str(port)])
+        node = cluster.up(start=False, extra=["--bind", where.ip, "--no-protected-mode", "--ipc-port", str(port)])
         where.place(node)
         node.start()
         s = socket.create_connection((where.ip, port), timeout=10)

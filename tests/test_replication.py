@@ -495,7 +495,7 @@ def netns():
 
 def node_in(cluster, net, name: str, host: str, extra: list[str], in_ns: bool):
     """`tickdb up` bound to `host` (in the namespace when `in_ns`)."""
-    p = cluster.up(data_dir=cluster.tmp / name, extra=["--bind", host, *extra], start=False)
+    p = cluster.up(data_dir=cluster.tmp / name, extra=["--bind", host, "--no-protected-mode", *extra], start=False)
     p.host = host
     if in_ns:
         p.prefix = ["ip", "netns", "exec", net.ns]

@@ -38,9 +38,23 @@ pub enum FsyncArg {
 
 #[derive(Args, Debug, Clone)]
 pub struct NetArgs {
-    /// Address every listener binds.
+    /// Address every listener binds. Off loopback, protected mode refuses
+    /// to start unless every port asks for credentials that are not the
+    /// defaults (--users; see --no-protected-mode).
     #[arg(long, default_value = "127.0.0.1")]
     pub bind: IpAddr,
+    /// Users file (TOML): names, roles (read, write, admin), SCRAM-SHA-256
+    /// password verifiers and hashed bearer tokens; `tickdb user add`
+    /// prints entries. With it, HTTP asks for basic auth or a bearer token
+    /// (except /health and /settings) and checks the user's role. See
+    /// docs/security.md.
+    #[arg(long, value_name = "FILE")]
+    pub users: Option<PathBuf>,
+    /// Serve a non-loopback --bind even with ports open to anyone or
+    /// default credentials (protected mode refuses that by default, as
+    /// Redis does).
+    #[arg(long)]
+    pub no_protected_mode: bool,
 }
 
 #[derive(Args, Debug, Clone)]

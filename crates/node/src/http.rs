@@ -62,9 +62,14 @@ pub fn router(state: AppState) -> Router {
             .route("/admin/promote", post(admin_promote))
             .route("/admin/switchover", post(admin_switchover));
     }
-    // Which member of a query group answered: every response says.
-    r.layer(axum::middleware::map_response(member_header))
-        .with_state(state)
+    // Which member of a query group answered: every response says. The
+    // gate (cross-site refusal, users and roles) runs before any handler.
+    r.layer(axum::middleware::from_fn_with_state(
+        state.clone(),
+        crate::http_auth::guard,
+    ))
+    .layer(axum::middleware::map_response(member_header))
+    .with_state(state)
 }
 
 /// The header naming the process that answered (`rp,PORT` groups).
@@ -193,7 +198,7 @@ fn not_ready(node: &Node) -> Response {
     r
 }
 
-fn json_error(
+pub(crate) fn json_error(
     status: StatusCode,
     code: &str,
     message: String,

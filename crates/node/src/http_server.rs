@@ -74,7 +74,15 @@ pub async fn serve(mut acceptor: Acceptor, router: Router, limits: HttpLimits) {
             continue;
         };
         let _ = sock.set_nodelay(true);
-        let service = TowerToHyperService::new(router.clone());
+        // The gate needs the client's address (failed-login limits).
+        let service = TowerToHyperService::new(tower::ServiceExt::map_request(
+            router.clone(),
+            move |mut req: axum::http::Request<hyper::body::Incoming>| {
+                req.extensions_mut()
+                    .insert(crate::http_auth::PeerAddr(peer));
+                req
+            },
+        ));
         let header_timeout = limits.header_timeout;
         let (drain, counted) = (drain.clone(), conns.enter());
         tokio::spawn(async move {

@@ -4,10 +4,14 @@
 //! binary is a thin command line over it.
 //!
 //! - `config`: the flags of every role (clap), and what they turn into
+//! - `config_file`: the config file and the `TICKDB_*` environment, under
+//!   the flags
 //! - `lifecycle`: readiness and drain, one state per node
 //! - `node`: the role and the parts (tp, rdb, query engine) once open
 //! - `roles`: starting each role and stopping it cleanly
 //! - `http`, `http_server`: the HTTP API and its listener's limits
+//! - `security`, `http_auth`: users, roles and protected mode; the HTTP
+//!   port's authentication and cross-site request refusal
 //! - `query_group`: the query ports as members of `rp,PORT` groups: join
 //!   when ready, busy steering, group changes logged
 //! - `drain`: graceful drain on SIGTERM or `POST /admin/drain`
@@ -19,6 +23,7 @@
 //!   Restart wiring, and the built-in simulated feed
 
 pub mod config;
+pub mod config_file;
 mod demo_feed;
 pub mod drain;
 mod embedded_rdb;
@@ -35,3 +40,5 @@ mod persist;
 pub mod query_group;
 pub mod replication;
 pub mod roles;
+pub mod security;
+pub mod http_auth;

@@ -56,6 +56,7 @@ pub struct Node {
     ports: OnceLock<Arc<crate::query_group::QueryPorts>>,
     eod: OnceLock<Arc<crate::eod::Eod>>,
     clock: OnceLock<crate::eod_clock::EodClock>,
+    security: OnceLock<Arc<crate::security::Security>>,
 }
 
 impl Node {
@@ -72,7 +73,20 @@ impl Node {
             ports: OnceLock::new(),
             eod: OnceLock::new(),
             clock: OnceLock::new(),
+            security: OnceLock::new(),
         })
+    }
+
+    /// Set once at start, before any port serves.
+    pub fn set_security(&self, s: Arc<crate::security::Security>) {
+        let _ = self.security.set(s);
+    }
+
+    /// The node's users and login limiter; open when none were set.
+    pub fn security(&self) -> Arc<crate::security::Security> {
+        self.security
+            .get_or_init(|| Arc::new(crate::security::Security::open()))
+            .clone()
     }
 
     pub fn set_tp(&self, tp: Arc<Tickerplant>) {

@@ -65,7 +65,8 @@ pub struct UpArgs {
     #[arg(long)]
     pub trim_journal: bool,
     /// Run a built-in simulated feed at RATE updates/s (trades and quotes
-    /// 1:10, random-walk prices), so data flows at once.
+    /// 1:10 at made-up prices near real ones: SPY about $450, AAPL about
+    /// $190), so data flows at once.
     #[arg(long, value_name = "RATE")]
     pub demo_feed: Option<u64>,
 }
@@ -577,6 +578,27 @@ async fn blocking<T: Send + 'static>(
         .unwrap_or_else(|e| Err(format!("{what} failed: {e}")))
 }
 
+/// What a node's flags leave open to anyone (protected mode's list).
+fn open_doors(tp: bool, pg: Option<&PgArgs>, ipc: &IpcArgs) -> crate::security::OpenDoors {
+    let mut d = crate::security::OpenDoors::default();
+    if tp {
+        d.add(true, "ILP TCP and the subscription port (no authentication yet)");
+    }
+    if let Some(pg) = pg {
+        d.add(pg.pg_no_auth, "PostgreSQL wire (--pg-no-auth)");
+        d.add(
+            !pg.pg_no_auth && pg.pg_password == tickdb_query::pg::PG_PASSWORD_DEFAULT,
+            "PostgreSQL wire with the default --pg-password",
+        );
+    }
+    if ipc.ipc_port.is_some() {
+        d.add(ipc.ipc_no_auth, "kdb+ IPC (--ipc-no-auth)");
+        let pg_default = pg.is_none_or(|p| p.pg_password == tickdb_query::pg::PG_PASSWORD_DEFAULT);
+        d.add(!ipc.ipc_no_auth && pg_default, "kdb+ IPC with the default password");
+    }
+    d
+}
+
 pub async fn up(a: UpArgs) -> Result<(), String> {
     standby_flags_fit(&a.tp, &a.schema)?;
     let (schema, toml) = load_schema(&a.schema)?;
@@ -584,7 +606,9 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
     if a.trim_journal && a.hot.hot_restart.is_none() {
         return Err("--trim-journal needs --hot-restart: the journal may only be trimmed behind a durable checkpoint".into());
     }
+    let security = crate::security::start(&a.net, open_doors(true, Some(&a.pg), &a.ipc))?;
     let node = Node::new(Role::Up);
+    node.set_security(security);
     node.set_clock(clock.clone());
     let ilp_l = bind(a.net.bind, &a.tp.ilp_port, "ILP TCP").await?;
     let sub_l = bind(a.net.bind, &a.tp.tp_port, "tp subscriptions").await?;
@@ -754,6 +778,7 @@ pub async fn tp(a: TpOnlyArgs) -> Result<(), String> {
     standby_flags_fit(&a.tp, &a.schema)?;
     let (schema, toml) = load_schema(&a.schema)?;
     let clock = a.eod.clock()?;
+    let security = crate::security::start(&a.net, open_doors(true, None, &a.ipc))?;
     let http_l = bind(a.net.bind, &a.http_port, "HTTP").await?;
     let ilp_l = bind(a.net.bind, &a.tp.ilp_port, "ILP TCP").await?;
     let sub_l = bind(a.net.bind, &a.tp.tp_port, "tp subscriptions").await?;
@@ -763,6 +788,7 @@ pub async fn tp(a: TpOnlyArgs) -> Result<(), String> {
         None => None,
     };
     let node = Node::new(Role::Tp);
+    node.set_security(security);
     node.set_clock(clock.clone());
     start_http(Acceptor::fixed(http_l), &node, &a.http);
     let adv = advertised(&a.net, &a.tp, a.http_port.port);
@@ -812,7 +838,9 @@ pub async fn rdb(a: RdbArgs) -> Result<(), String> {
         return Err("--eod-time is the tp's: it journals the end of day, and every rdb ends the day at its marker; give an rdb --eod-tz only".into());
     }
     let clock = a.eod.clock()?;
+    let security = crate::security::start(&a.net, open_doors(false, Some(&a.pg), &a.ipc))?;
     let node = Node::new(Role::Rdb);
+    node.set_security(security);
     node.life.starting("reloading the Hot Restart store");
     let ql = open_query_ports(&node, a.net.bind, a.query_flags())?;
     let interest = Interest {
@@ -947,7 +975,9 @@ pub async fn hdb(a: HdbServeArgs) -> Result<(), String> {
         ));
     }
     let dir = std::fs::canonicalize(&a.dir).map_err(|e| format!("{}: {e}", a.dir.display()))?;
+    let security = crate::security::start(&a.net, open_doors(false, Some(&a.pg), &a.ipc))?;
     let node = Node::new(Role::Rdb);
+    node.set_security(security);
     node.life.starting("reading the historical database");
     let ql = open_query_ports(&node, a.net.bind, a.query_flags())?;
     let mem = MemArgs {

@@ -3,9 +3,13 @@
 mod cmd_admin;
 mod cmd_hdb;
 mod cmd_journal;
+mod cmd_user;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use std::ffi::OsString;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use tickdb_node::config_file::{self, ConfigFileError};
 use tickdb_node::roles;
 
 #[derive(Parser, Debug)]
@@ -17,9 +21,20 @@ use tickdb_node::roles;
         Feed handlers write InfluxDB line protocol (TCP or HTTP) to the tickerplant (tp), \
         which journals every update before it publishes and acknowledges it. Real-time \
         databases (rdb) replay the journal, follow the tp live, and answer SQL over HTTP.\n\n\
-        Start with `tickdb up --demo-feed 48000`: tp + rdb in one process with a simulated feed."
+        Start with `tickdb up --demo-feed 48000`: tp + rdb in one process with a simulated feed.\n\n\
+        Settings: every flag can also be set in the config file (--config) and by its \
+        TICKDB_* environment variable (--ilp-port is TICKDB_ILP_PORT); a flag wins over the \
+        environment, which wins over the file. `tickdb config print ROLE` shows the result."
 )]
 struct Cli {
+    /// Settings file (TOML): `key = value` per flag, named as the flag
+    /// without its dashes (`ilp_port = "rp,8709"`, `fsync = "interval"`,
+    /// switches `= true`). Top-level keys apply to every command that has
+    /// the flag; a table per command (`[rdb]`, `[hdb.serve]`) to that
+    /// command only, and wins. A key that is no flag is an error.
+    /// Precedence: file < TICKDB_* environment < flag.
+    #[arg(long, global = true, value_name = "FILE", env = "TICKDB_CONFIG")]
+    config: Option<PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -69,9 +84,60 @@ enum Cmd {
     /// replication mode: the primary stops taking writes, waits until the
     /// standby holds everything, has it promoted and follows it.
     Switchover(cmd_admin::SwitchoverArgs),
+    /// The effective configuration.
+    Config(ConfigArgs),
+    /// Users and their credentials (the --users file; docs/security.md).
+    User(cmd_user::UserArgs),
     /// Benchmarks against peers (QuestDB, the raw disk) measured in the same
     /// run; `bench report` regenerates docs/benchmarks.md.
     Bench(tickdb_bench::BenchArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct ConfigArgs {
+    #[command(subcommand)]
+    cmd: ConfigCmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum ConfigCmd {
+    /// Print the settings a command would run with, as TOML: each value
+    /// with where it came from (flag, environment, config file, default),
+    /// passwords, tokens and secrets masked. Example:
+    /// `tickdb config print --config tickdb.toml rdb --http-port 8800`.
+    Print {
+        /// The command and its flags, as you would run it (`rdb --tp
+        /// HOST:PORT`, `hdb serve`).
+        #[arg(
+            required = true,
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "COMMAND"
+        )]
+        command: Vec<OsString>,
+    },
+}
+
+/// `tickdb config print`: resolves `words` as the command it names would.
+fn config_print(root: &clap::Command, config: Option<PathBuf>, words: Vec<OsString>) -> ExitCode {
+    let mut argv = vec![OsString::from("tickdb")];
+    if let Some(c) = config {
+        argv.push(OsString::from("--config"));
+        argv.push(c.into_os_string());
+    }
+    argv.extend(words);
+    let typed = config_file::typed_flags(&argv);
+    let m = match config_file::resolve(root, argv) {
+        Ok(m) => m,
+        Err(ConfigFileError::Clap(e)) => e.exit(),
+        Err(e) => {
+            eprintln!("tickdb: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let (path, leaf) = config_file::leaf(&m);
+    print!("{}", config_file::render(root, &path, leaf, &typed));
+    ExitCode::SUCCESS
 }
 
 fn init_logging() {
@@ -97,8 +163,24 @@ fn exit(r: Result<(), tickdb_stack::StackError>) -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let root = config_file::with_env(Cli::command());
+    let matches = match config_file::resolve(&root, std::env::args_os().collect()) {
+        Ok(m) => m,
+        Err(ConfigFileError::Clap(e)) => e.exit(),
+        Err(e) => {
+            eprintln!("tickdb: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
     match cli.cmd {
+        Cmd::Config(ConfigArgs {
+            cmd: ConfigCmd::Print { command },
+        }) => config_print(&root, cli.config, command),
+        Cmd::User(args) => cmd_user::run(args),
         Cmd::Journal(args) => cmd_journal::run(args),
         Cmd::Eod(args) => cmd_hdb::eod(args),
         Cmd::Hdb(cmd_hdb::HdbArgs {
@@ -147,6 +229,8 @@ fn main() -> ExitCode {
                     | Cmd::Eod(_)
                     | Cmd::Hdb(_)
                     | Cmd::Bench(_)
+                    | Cmd::Config(_)
+                    | Cmd::User(_)
                     | Cmd::Feed(_)
                     | Cmd::Monitor(_)
                     | Cmd::Promote(_)

@@ -208,7 +208,7 @@ impl<'a> Group<'a> {
         let ip = self.ips[i].to_string();
         let mut cmd = Command::new(self.c.bin());
         cmd.arg("up")
-            .args(["--bind", &ip, "--advertise", &ip])
+            .args(["--bind", &ip, "--no-protected-mode", "--advertise", &ip])
             .args(["--http-port", &self.ports.http.to_string()])
             .args(["--ilp-port", &self.ports.ilp.to_string()])
             .args(["--tp-port", &self.ports.tp.to_string()])

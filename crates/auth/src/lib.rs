@@ -1,0 +1,24 @@
+//! Who may do what on a tickdb node.
+//!
+//! - `role`: the three roles, `read` (queries), `write` (ingest) and
+//!   `admin` (clear, trim, checkpoint, promote, drain, end of day), and
+//!   what each allows;
+//! - `verifier`: passwords are stored as PostgreSQL's SCRAM-SHA-256
+//!   verifiers (salted, iterated, never the password), which both HTTP
+//!   basic auth and the PostgreSQL wire's SCRAM exchange check against;
+//! - `users`: the users file (`--users FILE`, TOML): names, roles, password
+//!   verifiers and hashed bearer tokens;
+//! - `limiter`: failed logins are logged and, per client address, slowed
+//!   down and then refused for a while.
+
+mod error;
+pub mod limiter;
+pub mod role;
+pub mod users;
+pub mod verifier;
+
+pub use error::AuthError;
+pub use limiter::{LoginLimiter, Refusal};
+pub use role::Role;
+pub use users::{new_token, token_hash, User, Users, DEFAULT_PASSWORD};
+pub use verifier::ScramVerifier;

@@ -1,0 +1,118 @@
+//! `tickdb user add`: a users-file entry, with the password turned into a
+//! SCRAM-SHA-256 verifier and a new bearer token into its SHA-256, so the
+//! file never holds a secret.
+
+use clap::{Args, Subcommand};
+use std::io::{BufRead, Read};
+use std::process::ExitCode;
+use tickdb_auth::{new_token, token_hash, Role, ScramVerifier};
+
+/// Longest password read from stdin, in bytes.
+const PASSWORD_BYTES_MAX: usize = 1024;
+
+#[derive(Args, Debug)]
+pub struct UserArgs {
+    #[command(subcommand)]
+    cmd: UserCmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum UserCmd {
+    /// Print a [[user]] entry for the users file (--users): the password
+    /// (read from the first line of stdin) as a SCRAM-SHA-256 verifier,
+    /// and with --token a new bearer token, shown once on stderr and kept
+    /// only as its SHA-256. Example:
+    /// `echo "$PW" | tickdb user add ops --role admin >> users.toml`.
+    Add {
+        /// The user's name (what clients log in as).
+        name: String,
+        /// A role: read (queries), write (ingest), admin (everything,
+        /// including clear, trim, checkpoint, promote, drain, end of day).
+        /// Repeat for several.
+        #[arg(long = "role", required = true, value_name = "ROLE")]
+        roles: Vec<String>,
+        /// Also generate a bearer token (HTTP `Authorization: Bearer`, the
+        /// questdb client's `token=`).
+        #[arg(long)]
+        token: bool,
+        /// Only a token: read no password.
+        #[arg(long, requires = "token")]
+        no_password: bool,
+    },
+}
+
+pub fn run(a: UserArgs) -> ExitCode {
+    match a.cmd {
+        UserCmd::Add {
+            name,
+            roles,
+            token,
+            no_password,
+        } => match add(&name, &roles, token, no_password) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("tickdb user add: {e}");
+                ExitCode::from(2)
+            }
+        },
+    }
+}
+
+fn add(name: &str, roles: &[String], token: bool, no_password: bool) -> Result<(), String> {
+    if name.is_empty() || name.contains(char::is_control) || name.contains(':') {
+        return Err("a name must be non-empty, with no control character and no `:`".into());
+    }
+    let roles = roles
+        .iter()
+        .map(|r| Role::parse(r).map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let password = if no_password {
+        None
+    } else {
+        let mut line = String::new();
+        std::io::stdin()
+            .lock()
+            .take(PASSWORD_BYTES_MAX as u64 + 1)
+            .read_line(&mut line)
+            .map_err(|e| format!("cannot read the password from stdin: {e}"))?;
+        let pw = line.trim_end_matches(['\n', '\r']);
+        if line.len() > PASSWORD_BYTES_MAX {
+            return Err(format!("the password is longer than {PASSWORD_BYTES_MAX} bytes"));
+        }
+        if pw.is_empty() {
+            return Err("no password on stdin (pipe one in, or give --token --no-password)".into());
+        }
+        if pw == tickdb_auth::DEFAULT_PASSWORD || pw == name {
+            return Err("that password is the default or the user's name: protected mode refuses it off loopback".into());
+        }
+        Some(ScramVerifier::new(pw))
+    };
+    let mut out = String::new();
+    out.push_str("[[user]]\n");
+    out.push_str(&format!("name = {}\n", toml_str(name)));
+    let names: Vec<String> = roles.iter().map(|r| toml_str(r.name())).collect();
+    out.push_str(&format!("roles = [{}]\n", names.join(", ")));
+    if let Some(v) = password {
+        out.push_str(&format!("password = {}\n", toml_str(&v.to_string())));
+    }
+    if token {
+        let t = new_token();
+        eprintln!("bearer token for {name} (shown once; the file keeps only its SHA-256):\n{t}");
+        out.push_str(&format!("tokens = [{}]\n", toml_str(&token_hash(&t))));
+    }
+    print!("{out}");
+    Ok(())
+}
+
+fn toml_str(s: &str) -> String {
+    let mut o = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}

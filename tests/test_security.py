@@ -1,0 +1,274 @@
+"""Users, roles, cross-site refusal and protected mode on the HTTP port, the
+config file's precedence (file < TICKDB_* environment < flag), and the
+README's example config. Real clients: requests and the `questdb` client
+(basic auth with username/password, bearer with token)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from questdb import Sender, TimestampNanos
+from questdb import QuestDBError
+
+from harness import BIN, free_port, run
+
+ROOT = Path(__file__).resolve().parent.parent
+T0 = 1_700_000_000_000_000_000
+
+
+def user_entry(name: str, roles: list[str], password: str | None, token: bool = False) -> tuple[str, str | None]:
+    """A [[user]] entry from `tickdb user add`, and the token it printed."""
+    args = [BIN, "user", "add", name]
+    for r in roles:
+        args += ["--role", r]
+    if token:
+        args.append("--token")
+    if password is None:
+        args.append("--no-password")
+    p = subprocess.run(args, input=(password or "") + "\n", capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert password is None or password not in p.stdout, "the file must never hold the password"
+    tok = p.stderr.strip().splitlines()[-1] if token else None
+    return p.stdout, tok
+
+
+@pytest.fixture
+def users(tmp_path):
+    entries, tokens = [], {}
+    for name, roles in [("reader", ["read"]), ("writer", ["write"]), ("ops", ["admin"])]:
+        e, t = user_entry(name, roles, f"{name}-pw-1", token=True)
+        entries.append(e)
+        tokens[name] = t
+    f = tmp_path / "users.toml"
+    f.write_text("\n".join(entries))
+    return f, tokens
+
+
+def basic(name: str) -> tuple[str, str]:
+    return (name, f"{name}-pw-1")
+
+
+def scram_verifier(password: str) -> str:
+    """PostgreSQL's SCRAM-SHA-256 verifier, computed here independently."""
+    salt = os.urandom(16)
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, 4096)
+    stored = hashlib.sha256(hmac.new(salted, b"Client Key", "sha256").digest()).digest()
+    server = hmac.new(salted, b"Server Key", "sha256").digest()
+    b64 = lambda b: base64.b64encode(b).decode()
+    return f"SCRAM-SHA-256$4096:{b64(salt)}${b64(stored)}:{b64(server)}"
+
+
+def wait_count(node, auth, n: int, table="trade") -> int:
+    deadline = time.monotonic() + 10
+    got = count(node, auth, table)
+    while got != n and time.monotonic() < deadline:
+        time.sleep(0.05)
+        got = count(node, auth, table)
+    return got
+
+
+def count(node, auth, table="trade") -> int:
+    r = requests.get(node.url + "/exec", params={"query": f"select count(*) from {table}"}, auth=auth, timeout=10)
+    assert r.status_code == 200, r.text
+    return r.json()["dataset"][0][0]
+
+
+def test_every_http_path_checks_the_user_and_role_and_applies_nothing_when_refused(cluster, users):
+    f, tokens = users
+    node = cluster.up(extra=["--users", str(f)])
+    ilp = f"trade,sym=AAA price=1.5,size=10i {T0}\n"
+    assert requests.get(node.url + "/health", timeout=5).status_code == 200
+    ops = basic("ops")
+    # Seed one row as the writer.
+    r = requests.post(node.url + "/write", data=ilp, auth=basic("writer"), timeout=10)
+    assert r.status_code == 204, r.text
+    assert wait_count(node, ops, 1) == 1
+
+    cases = [
+        ("GET", "/exec?query=select%201", "read"),
+        ("GET", "/status", "read"),
+        ("GET", "/metrics", "read"),
+        ("POST", "/write", "write"),
+        ("POST", "/api/v2/write", "write"),
+        ("POST", "/clear?tables=trade", "admin"),
+        ("POST", "/checkpoint", "admin"),
+    ]
+    creds = {
+        "none": {},
+        "wrong": {"auth": ("ops", "nope")},
+        "reader": {"auth": basic("reader")},
+        "writer": {"auth": basic("writer")},
+        "writer-token": {"headers": {"Authorization": f"Bearer {tokens['writer']}"}},
+        "bad-token": {"headers": {"Authorization": "Bearer not-a-token"}},
+    }
+    holds = {"reader": "read", "writer": "write", "writer-token": "write"}
+    for method, path, needs in cases:
+        for who, kw in creds.items():
+            body = ilp if "write" in path else None
+            r = requests.request(method, node.url + path, data=body, timeout=10, **kw)
+            if who in ("none", "wrong", "bad-token"):
+                assert r.status_code == 401, (method, path, who, r.status_code, r.text)
+                assert "www-authenticate" in {k.lower() for k in r.headers}
+            elif holds[who] == needs:
+                assert r.status_code in (200, 204), (method, path, who, r.status_code, r.text)
+            else:
+                assert r.status_code == 403, (method, path, who, r.status_code, r.text)
+                assert f"needs {needs}" in r.json()["message"]
+    # The writer's accepted writes added rows; every refused clear applied
+    # nothing (the rows are all there).
+    assert wait_count(node, ops, 5) == 5, "1 seed + 2 paths x 2 writer credentials; refused clears removed nothing"
+    # The admin's clear works.
+    r = requests.post(node.url + "/clear?tables=trade", auth=ops, timeout=10)
+    assert r.status_code == 200, r.text
+    assert wait_count(node, ops, 0) == 0
+    assert "failed login" in node.log_tail(400)
+
+
+def test_the_questdb_client_logs_in_with_password_and_with_token(cluster, users):
+    f, tokens = users
+    node = cluster.up(extra=["--users", str(f)])
+    host = f"127.0.0.1:{node.http_port}"
+    with Sender.from_conf(f"http::addr={host};username=writer;password=writer-pw-1;") as s:
+        s.row("trade", symbols={"sym": "PW"}, columns={"price": 2.0, "size": 1}, at=TimestampNanos(T0))
+    with Sender.from_conf(f"http::addr={host};token={tokens['writer']};") as s:
+        s.row("trade", symbols={"sym": "TOK"}, columns={"price": 3.0, "size": 1}, at=TimestampNanos(T0 + 1))
+    with pytest.raises(QuestDBError):
+        with Sender.from_conf(f"http::addr={host};username=reader;password=reader-pw-1;retry_timeout=0;") as s:
+            s.row("trade", symbols={"sym": "NO"}, columns={"price": 4.0, "size": 1}, at=TimestampNanos(T0 + 2))
+    r = requests.get(node.url + "/exec", params={"query": "select sym from trade order by sym"}, auth=basic("reader"), timeout=10)
+    assert r.status_code == 200, r.text
+    assert [row[0] for row in r.json()["dataset"]] == ["PW", "TOK"]
+
+
+def test_cross_site_requests_are_refused_with_or_without_users(cluster):
+    node = cluster.up()
+    r = requests.post(node.url + "/write", data=f"trade,sym=A price=1.0,size=1i {T0}\n", timeout=10)
+    assert r.status_code == 204
+    node.wait_rows("trade", 1)
+    for headers in ({"Origin": "http://evil.example"}, {"Origin": "null"}, {"Sec-Fetch-Site": "cross-site"}):
+        r = requests.post(node.url + "/clear?tables=trade", headers=headers, timeout=10)
+        assert r.status_code == 403, (headers, r.text)
+        assert r.json()["code"] == "cross_site_request"
+    assert node.scalar("select count(*) from trade") == 1, "a refused clear deletes nothing"
+    same = {"Origin": f"http://127.0.0.1:{node.http_port}"}
+    r = requests.get(node.url + "/exec", params={"query": "select 1"}, headers=same, timeout=10)
+    assert r.status_code == 200, r.text
+
+
+def test_failed_logins_are_limited_per_address(cluster, users):
+    f, _ = users
+    node = cluster.up(extra=["--users", str(f)])
+    codes = [requests.get(node.url + "/status", auth=("ops", f"guess{i}"), timeout=10).status_code for i in range(12)]
+    assert codes[:10] == [401] * 10, codes
+    assert 429 in codes[10:], codes
+    r = requests.get(node.url + "/status", auth=basic("ops"), timeout=10)
+    assert r.status_code == 429, "even the right password waits out the block"
+    assert int(r.headers["Retry-After"]) >= 1
+    node.wait_log("refused for")
+
+
+def test_protected_mode_refuses_non_loopback_without_real_credentials(tmp_path, users):
+    f, _ = users
+    # A users file whose admin has the default password, written by hand
+    # (`tickdb user add` refuses that password).
+    weak = tmp_path / "weak.toml"
+    weak.write_text(f'[[user]]\nname = "tickdb"\nroles = ["admin"]\npassword = "{scram_verifier("tickdb")}"\n')
+    p = subprocess.run([BIN, "user", "add", "tickdb", "--role", "admin"], input="tickdb\n",
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode != 0 and "default" in p.stderr
+    base = ["up", "--bind", "0.0.0.0", "--http-port", str(free_port()), "--ilp-port", str(free_port()),
+            "--tp-port", str(free_port()), "--repl-port", str(free_port()), "--pg-port", str(free_port()),
+            "--data-dir", str(tmp_path / "d")]
+    for extra, want in [
+        ([], "no --users file"),
+        (["--users", str(f)], "ILP TCP"),
+        (["--users", str(f), "--pg-no-auth"], "--pg-no-auth"),
+        (["--users", str(weak)], "default password or their own name as password: tickdb"),
+    ]:
+        r = run([*base, *extra], timeout=30)
+        assert r.returncode != 0, r.stderr
+        assert "protected mode" in r.stderr and want in r.stderr, r.stderr
+        assert "--no-protected-mode" in r.stderr
+    assert not (tmp_path / "d").exists(), "a refused start touches no data"
+
+
+def test_config_file_then_environment_then_flag(tmp_path):
+    cfg = tmp_path / "tickdb.toml"
+    cfg.write_text(
+        'fsync = "interval"\n'
+        "query_timeout_ms = 1111\n"
+        "http_port = 9001\n"
+        "[rdb]\n"
+        "http_port = 9002\n"
+        'pg_password = "from-file"\n'
+        "hot_restart_parallelism = 3\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKDB_")}
+    env["TICKDB_BIN"] = BIN
+
+    def show(args, extra_env=None):
+        e = dict(env, **(extra_env or {}))
+        p = subprocess.run([BIN, "config", "print", "--config", str(cfg), *args], capture_output=True,
+                           text=True, timeout=30, env=e)
+        assert p.returncode == 0, p.stderr
+        return {k: v for k, v, _ in re.findall(r"^(\w+) = (.+?)  # (.+)$", p.stdout, re.M)}, p.stdout
+
+    s, text = show(["rdb", "--tp", "127.0.0.1:1"])
+    assert s["http_port"] == '"9002"' or s["http_port"] == "9002", text
+    assert "config file" in text
+    assert s["query_timeout_ms"].startswith("1111"), text
+    assert s["pg_password"] == '"********"', text
+    assert "from-file" not in text
+    s, text = show(["rdb", "--tp", "127.0.0.1:1"], {"TICKDB_HTTP_PORT": "9003", "TICKDB_QUERY_TIMEOUT_MS": "2222"})
+    assert s["http_port"].strip('"') == "9003" and "environment TICKDB_HTTP_PORT" in text, text
+    assert s["query_timeout_ms"] == "2222", text
+    s, text = show(["rdb", "--tp", "127.0.0.1:1", "--http-port", "9004"], {"TICKDB_HTTP_PORT": "9003"})
+    assert s["http_port"].strip('"') == "9004", text
+    # The tp has fsync from the top level, not the rdb's table.
+    s, text = show(["tp"])
+    assert s["fsync"] == '"interval"' and s["http_port"].strip('"') == "9001", text
+
+    # Mistakes name the file and the key.
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[rdb]\nhttp_prot = 1\n")
+    r = run(["config", "print", "--config", str(bad), "rdb", "--tp", "x:1"])
+    assert r.returncode != 0 and "rdb.http_prot" in r.stderr and str(bad) in r.stderr, r.stderr
+
+
+def test_a_node_runs_with_what_its_config_file_says(cluster, tmp_path):
+    http = free_port()
+    cfg = tmp_path / "node.toml"
+    cfg.write_text(f"[up]\nhttp_port = {http}\nquery_timeout_ms = 5000\n")
+    node = cluster.raw(["--config", str(cfg), "up", "--ilp-port", str(free_port()), "--tp-port", str(free_port()),
+                        "--repl-port", str(free_port()), "--pg-port", str(free_port()),
+                        "--data-dir", str(tmp_path / "data")], role="up")
+    node.http_port = http
+    node.wait_ready()
+    assert node.scalar("select 41 + 1") == 42
+
+
+def readme_config() -> str:
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"<!-- example-config -->\s*```toml\n(.*?)```", text, re.S)
+    assert m, "README.md has an example config (```toml after <!-- example-config -->)"
+    return m.group(1)
+
+
+def test_the_readme_example_config_is_what_tickdb_reads(tmp_path):
+    cfg = tmp_path / "tickdb.toml"
+    cfg.write_text(readme_config())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKDB_")}
+    for role in (["up"], ["tp"], ["rdb", "--tp", "127.0.0.1:8710"]):
+        p = subprocess.run([BIN, "config", "print", "--config", str(cfg), *role], capture_output=True, text=True,
+                           timeout=30, env=env)
+        assert p.returncode == 0, (role, p.stderr)
+        assert "config file" in p.stdout, p.stdout
