@@ -1,7 +1,7 @@
 //! `tickdb up --demo-feed RATE`: a built-in simulated feed, so a newcomer
 //! sees data flow at once. It draws from the same simulator as `tickdb
 //! feed` (tickdb-stack's `gen`: trades and quotes 1:10, skewed symbol
-//! activity, random-walk prices with bid below ask) and writes in process,
+//! activity, prices near real ones with bid below ask) and writes in process,
 //! without a network hop. (`tickdb feed` adds prestress, a seed flag, ILP
 //! over TCP or HTTP and a summary.)
 

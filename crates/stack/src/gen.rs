@@ -6,16 +6,32 @@
 //!   active symbol gets about 12% of all updates and the median one a few
 //!   hundredths of a percent, like a real tape.
 //! - Exactly one update in `UPDATES_PER_TRADE` is a trade, the rest quotes:
-//!   the seed's 1:10 ratio at any rate.
-//! - Each symbol's mid price follows a slowly mean-reverting random walk in
-//!   log space (it stays within about ±10% of where it started over a day);
-//!   prices are whole cents, a quote's bid is always below its ask, and a
-//!   trade prints at the bid, the ask or in between.
+//!   the 1:10 ratio of the Intel Optane kdb+ market-data study, at any rate.
+//! - The most active names are real tickers (SPY, AAPL, MSFT, ...) and start
+//!   within 1% of a plausible recent price from a fixed table (SPY near
+//!   $450, AAPL near $190, NVDA near $120, ...); the rest are synthetic
+//!   four-letter names with log-uniform starting prices of $5–$500. These are
+//!   made-up prices near recent levels, not a replay of any real day.
+//! - Each symbol's mid price follows a mean-reverting random walk in log
+//!   space (Ornstein–Uhlenbeck) that stays near its start: a standard
+//!   deviation of `STATIONARY_SD` (0.5%) around it, so a day's range is a
+//!   couple of percent. Each symbol's step size and pull scale with its
+//!   share of the updates, so every name wanders on the same clock: at the
+//!   default 48,000 updates/s the walk's memory is about half an hour,
+//!   whatever the symbol's activity (the liquid names move a fraction of a
+//!   cent per quote, the rarely quoted ones more per quote).
+//! - Prices are whole cents. A quote's spread is the symbol's typical
+//!   spread four times in five and wider otherwise: one cent for the most
+//!   liquid names (SPY, AAPL, MSFT, QQQ, ...), a few cents for high-priced
+//!   ones (META, NFLX), and for synthetic names a few basis points of the
+//!   price, wider the less active the name (at least a cent). The bid is
+//!   always below the ask, and a trade prints at the bid, the ask or in
+//!   between.
 //! - Sizes: quotes 100–2000 a side in round lots; trades mostly round lots
 //!   with a geometric tail, one in five an odd lot.
 //!
-//! The stream is a pure function of (seed, symbols, skew); the caller
-//! stamps each update with its generation time.
+//! The stream is a pure function of (seed, symbols, skew), whatever the
+//! rate; the caller stamps each update with its generation time.
 
 use crate::error::{Result, StackError};
 use rand::rngs::StdRng;
@@ -28,20 +44,57 @@ pub const UPDATES_PER_TRADE: u64 = 11;
 pub const CENTS_PER_DOLLAR: i64 = 100;
 /// The largest symbol universe accepted (4-letter names run out past 26^4).
 pub const SYMBOLS_MAX: usize = 200_000;
-/// Per-update volatility of the log mid price.
-const STEP_SIGMA: f64 = 0.0004;
-/// Pull of the log mid back to where it started, per update; with
-/// STEP_SIGMA the walk's stationary spread is about ±9%.
-const MEAN_REVERSION: f64 = 1e-5;
-/// Typical quoted spread, in basis points of the mid (at least one cent).
-const SPREAD_BPS: f64 = 3.0;
-/// Starting prices are log-uniform in this range, in dollars.
+/// The standard deviation of a log mid around its start, once the walk has
+/// forgotten where it began.
+const STATIONARY_SD: f64 = 0.005;
+/// The walk's memory, in updates over the whole universe: 30 minutes at
+/// the default 48,000 updates/s. A symbol with share p of the updates is
+/// pulled back to its start by `1 / (RELAX_UPDATES * p)` of its distance per
+/// update of its own, so every symbol relaxes on the same clock.
+const RELAX_UPDATES: f64 = 48_000.0 * 1800.0;
+/// The largest per-update pull (for names quoted once in a blue moon).
+const PULL_MAX: f64 = 0.05;
+/// A starting price of a real ticker is its table price within this
+/// fraction either way, by the seed.
+const REAL_JITTER: f64 = 0.01;
+/// Synthetic names start log-uniform in this range, in dollars.
 const PRICE_MIN_DOLLARS: f64 = 5.0;
 const PRICE_MAX_DOLLARS: f64 = 500.0;
-/// The most active names get real tickers; the rest synthetic ones.
-const REAL_TICKERS: [&str; 24] = [
-    "SPY", "AAPL", "MSFT", "AMZN", "TSLA", "QQQ", "FB", "NVDA", "AMD", "BAC", "GOOGL", "NFLX",
-    "INTC", "BA", "XOM", "JPM", "CSCO", "DIS", "WFC", "C", "T", "PFE", "KO", "GE",
+/// Synthetic names' typical spread, in basis points of the price: this at
+/// the first synthetic rank, growing by `SPREAD_BPS_PER_DECADE` for every
+/// tenfold lower activity rank.
+const SPREAD_BPS_MIN: f64 = 2.0;
+const SPREAD_BPS_PER_DECADE: f64 = 4.0;
+/// One quote in this many is wider than the symbol's typical spread.
+const WIDE_QUOTE_ONE_IN: u32 = 5;
+/// The most active names get real tickers, in order of activity, each with
+/// a plausible recent price in dollars and its typical spread in cents; the
+/// rest get synthetic names.
+const REAL_TICKERS: [(&str, f64, i64); 24] = [
+    ("SPY", 450.0, 1),
+    ("AAPL", 190.0, 1),
+    ("MSFT", 420.0, 1),
+    ("AMZN", 180.0, 1),
+    ("TSLA", 250.0, 2),
+    ("QQQ", 440.0, 1),
+    ("META", 480.0, 3),
+    ("NVDA", 120.0, 1),
+    ("AMD", 160.0, 1),
+    ("BAC", 38.0, 1),
+    ("GOOGL", 170.0, 1),
+    ("NFLX", 620.0, 5),
+    ("INTC", 31.0, 1),
+    ("BA", 180.0, 3),
+    ("XOM", 115.0, 1),
+    ("JPM", 200.0, 2),
+    ("CSCO", 48.0, 1),
+    ("DIS", 100.0, 1),
+    ("WFC", 58.0, 1),
+    ("C", 62.0, 1),
+    ("T", 18.0, 1),
+    ("PFE", 28.0, 1),
+    ("KO", 62.0, 1),
+    ("GE", 160.0, 2),
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -85,6 +138,12 @@ pub struct MarketSim {
     cumulative: Vec<f64>,
     log_mid: Vec<f64>,
     log_mid0: Vec<f64>,
+    /// Per symbol: the walk's pull back to the start per update, and its
+    /// step's standard deviation.
+    pull: Vec<f64>,
+    step_sd: Vec<f64>,
+    /// Per symbol: the typical quoted spread in cents (at least 1).
+    spread: Vec<i64>,
     updates: u64,
 }
 
@@ -97,7 +156,11 @@ pub fn dollars(cents: i64) -> f64 {
 /// The symbol names of a universe of `n`: real tickers first, then
 /// distinct synthetic four-letter ones. Deterministic.
 pub fn symbol_names(n: usize) -> Vec<String> {
-    let mut names: Vec<String> = REAL_TICKERS.iter().take(n).map(|s| s.to_string()).collect();
+    let mut names: Vec<String> = REAL_TICKERS
+        .iter()
+        .take(n)
+        .map(|(s, _, _)| s.to_string())
+        .collect();
     let mut seen: HashSet<String> = names.iter().cloned().collect();
     // Multiplying by a number coprime to 26^4 permutes the 4-letter space,
     // so the names spread over the alphabet and never repeat.
@@ -120,6 +183,12 @@ pub fn symbol_names(n: usize) -> Vec<String> {
 
 impl MarketSim {
     pub fn new(cfg: SimConfig) -> Result<MarketSim> {
+        Self::with_memory(cfg, RELAX_UPDATES)
+    }
+
+    /// A simulator whose walks forget their past over `relax_updates`
+    /// updates of the universe (tests speed the clock up with it).
+    fn with_memory(cfg: SimConfig, relax_updates: f64) -> Result<MarketSim> {
         if cfg.symbols == 0 || cfg.symbols > SYMBOLS_MAX {
             return Err(StackError::BadInput(format!(
                 "--symbols {} must be 1 to {SYMBOLS_MAX}",
@@ -134,20 +203,56 @@ impl MarketSim {
         }
         let mut rng = StdRng::seed_from_u64(cfg.seed);
         let names = symbol_names(cfg.symbols);
+        let weights: Vec<f64> = (0..cfg.symbols)
+            .map(|i| 1.0 / ((i + 1) as f64).powf(cfg.skew))
+            .collect();
         let mut cumulative = Vec::with_capacity(cfg.symbols);
         let mut acc = 0.0;
-        for i in 0..cfg.symbols {
-            acc += 1.0 / ((i + 1) as f64).powf(cfg.skew);
+        for w in &weights {
+            acc += w;
             cumulative.push(acc);
         }
+        let total = acc;
         let (lo, hi) = (PRICE_MIN_DOLLARS.ln(), PRICE_MAX_DOLLARS.ln());
-        let log_mid0: Vec<f64> = (0..cfg.symbols).map(|_| rng.random_range(lo..hi)).collect();
+        let jitter = (1.0 + REAL_JITTER).ln();
+        let mut log_mid0 = Vec::with_capacity(cfg.symbols);
+        let mut spread = Vec::with_capacity(cfg.symbols);
+        for i in 0..cfg.symbols {
+            match REAL_TICKERS.get(i) {
+                Some(&(_, dollars, cents)) => {
+                    log_mid0.push(dollars.ln() + rng.random_range(-jitter..jitter));
+                    spread.push(cents);
+                }
+                None => {
+                    let lm: f64 = rng.random_range(lo..hi);
+                    let bps = SPREAD_BPS_MIN
+                        + SPREAD_BPS_PER_DECADE
+                            * ((i + 1) as f64 / REAL_TICKERS.len() as f64).log10();
+                    let cents = lm.exp() * CENTS_PER_DOLLAR as f64 * bps / 10_000.0;
+                    log_mid0.push(lm);
+                    spread.push((cents.round() as i64).max(1));
+                }
+            }
+        }
+        // An Ornstein–Uhlenbeck walk x' = x + sd * z - pull * x has the
+        // stationary variance sd^2 / (2 pull - pull^2).
+        let pull: Vec<f64> = weights
+            .iter()
+            .map(|w| (total / w / relax_updates).min(PULL_MAX))
+            .collect();
+        let step_sd = pull
+            .iter()
+            .map(|k| STATIONARY_SD * (2.0 * k - k * k).sqrt())
+            .collect();
         Ok(MarketSim {
             rng,
             names,
             cumulative,
             log_mid: log_mid0.clone(),
             log_mid0,
+            pull,
+            step_sd,
+            spread,
             updates: 0,
         })
     }
@@ -176,16 +281,24 @@ impl MarketSim {
         (s - 2.0) * 3.0f64.sqrt()
     }
 
+    /// One step of symbol `s`'s walk.
+    fn walk(&mut self, s: usize) {
+        let z = self.normalish();
+        let lm = self.log_mid[s];
+        self.log_mid[s] = lm + self.step_sd[s] * z - self.pull[s] * (lm - self.log_mid0[s]);
+    }
+
     /// The next update.
     pub fn next_tick(&mut self) -> Tick {
         let s = self.pick();
-        let z = self.normalish();
-        let lm = self.log_mid[s];
-        self.log_mid[s] = lm + STEP_SIGMA * z - MEAN_REVERSION * (lm - self.log_mid0[s]);
+        self.walk(s);
         let mid_cents = self.log_mid[s].exp() * CENTS_PER_DOLLAR as f64;
-        let spread_cents = ((mid_cents * SPREAD_BPS / 10_000.0) * self.rng.random_range(0.5..1.5))
-            .round()
-            .max(1.0) as i64;
+        let typical = self.spread[s];
+        let spread_cents = if self.rng.random_range(0..WIDE_QUOTE_ONE_IN) == 0 {
+            typical + self.rng.random_range(1..=typical.max(2))
+        } else {
+            typical
+        };
         let bid = ((mid_cents - spread_cents as f64 / 2.0).round() as i64).max(1);
         let ask = bid + spread_cents;
         self.updates += 1;
@@ -278,7 +391,10 @@ mod tests {
                     ..
                 } => {
                     assert!(bid >= 1 && bid < ask, "{t:?}");
-                    assert!(ask - bid <= 1 + ask / 1000, "spread too wide: {t:?}");
+                    // Typical spreads reach 10 bp in a 2000-name universe,
+                    // a wide quote twice that: at most 25 bp (or 4 cents,
+                    // for the rounding of cheap names).
+                    assert!(ask - bid <= (ask / 400).max(4), "spread too wide: {t:?}");
                     assert!(bsize >= 100 && asize >= 100 && bsize % 100 == 0, "{t:?}");
                 }
             }
@@ -291,6 +407,100 @@ mod tests {
         let mut sorted = per_sym.clone();
         sorted.sort();
         assert!(sorted[1000] * 50 < per_sym[0], "median {}", sorted[1000]);
+    }
+
+    /// Updates a day at the default rate: 48,000 a second for 6.5 hours.
+    const DAY_UPDATES: f64 = 48_000.0 * 6.5 * 3600.0;
+
+    fn share(sim: &MarketSim, s: usize) -> f64 {
+        let total = *sim.cumulative.last().unwrap();
+        let below = if s == 0 { 0.0 } else { sim.cumulative[s - 1] };
+        (sim.cumulative[s] - below) / total
+    }
+
+    #[test]
+    fn real_tickers_stay_within_a_few_percent_of_their_prices_over_a_day() {
+        // A day at the default rate takes SPY's walk 137M steps and AAPL's
+        // 69M: half a minute in a debug build. The test runs the day on a
+        // clock sped up SPEEDUP times instead, the walk's memory and the
+        // day's updates both divided by it: the same 13 memories a day and
+        // the same spread around the start, in steps SPEEDUP^0.5 larger.
+        const SPEEDUP: f64 = 50.0;
+        let s = seed();
+        let cfg = SimConfig {
+            seed: s,
+            symbols: 2000,
+            skew: 1.0,
+        };
+        let real = MarketSim::new(cfg).unwrap();
+        let mut sim = MarketSim::with_memory(cfg, RELAX_UPDATES / SPEEDUP).unwrap();
+        for (sym, name, dollars) in [(0, "SPY", 450.0f64), (1, "AAPL", 190.0)] {
+            assert_eq!(sim.name(sym as u32), name);
+            assert_eq!(sim.log_mid[sym], real.log_mid[sym]);
+            assert!((sim.log_mid[sym] - dollars.ln()).abs() <= (1.0 + REAL_JITTER).ln());
+            // At the real clock, a quote moves the mid a fraction of a cent.
+            assert!(
+                real.step_sd[sym] * dollars * 100.0 < 0.2,
+                "{}",
+                real.step_sd[sym]
+            );
+            let steps = (DAY_UPDATES * share(&sim, sym) / SPEEDUP) as u64;
+            let (mut lo, mut hi) = (f64::MAX, f64::MIN);
+            for _ in 0..steps {
+                sim.walk(sym);
+                lo = lo.min(sim.log_mid[sym]);
+                hi = hi.max(sim.log_mid[sym]);
+            }
+            let (low, high) = (lo.exp(), hi.exp());
+            println!("{name}: {steps} steps, low {low:.2} high {high:.2}");
+            assert!(
+                low > dollars * 0.96 && high < dollars * 1.04,
+                "{name} wandered to {low:.2}..{high:.2} over a day"
+            );
+            // It moves, by a day's range of a couple of percent.
+            let range = high / low - 1.0;
+            assert!((0.003..0.06).contains(&range), "{name}: day range {range}");
+        }
+    }
+
+    #[test]
+    fn top_names_quote_real_prices_mostly_a_cent_wide() {
+        let s = seed();
+        let mut sim = MarketSim::new(SimConfig {
+            seed: s,
+            symbols: 2000,
+            skew: 1.0,
+        })
+        .unwrap();
+        // (quotes, one-cent quotes) of SPY, AAPL, MSFT, AMZN.
+        let mut counts = [(0u64, 0u64); 4];
+        for _ in 0..200_000 {
+            let t = sim.next_tick();
+            let sym = t.sym() as usize;
+            let Some(&(name, dollars, _)) = REAL_TICKERS.get(sym) else {
+                continue;
+            };
+            let cents = (dollars * CENTS_PER_DOLLAR as f64) as i64;
+            let near = cents * 97 / 100..=cents * 103 / 100;
+            match t {
+                Tick::Quote { bid, ask, .. } => {
+                    assert!(near.contains(&bid) && near.contains(&ask), "{name}: {t:?}");
+                    if let Some(c) = counts.get_mut(sym) {
+                        c.0 += 1;
+                        c.1 += u64::from(ask - bid == 1);
+                    }
+                }
+                Tick::Trade { price, .. } => assert!(near.contains(&price), "{name}: {t:?}"),
+            }
+        }
+        for (i, (quotes, one_cent)) in counts.iter().enumerate() {
+            let frac = *one_cent as f64 / *quotes as f64;
+            assert!(
+                *quotes > 1000 && (0.7..0.9).contains(&frac),
+                "{}: {one_cent} of {quotes} quotes one cent wide",
+                REAL_TICKERS[i].0
+            );
+        }
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! commands that users run to size their own systems.
 //!
 //! - `gen`: the seeded market simulator (symbols with skewed activity,
-//!   random-walk prices, trades and quotes 1:10); `tickdb feed` and the
+//!   prices near real ones that wander a couple of percent a day, trades
+//!   and quotes 1:10); `tickdb feed` and the
 //!   built-in `tickdb up --demo-feed` both draw from it
 //! - `feed`: `tickdb feed`, the simulator publishing ILP at a paced rate,
 //!   with `--prestress`
