@@ -7,7 +7,7 @@
 # replication (Zero-Impact Crash Recovery for kdb+: the cost to the primary, lag,
 # acknowledgements per shipping mode, catch-up, restore), failover (RTO after
 # kill -9 by hand and through etcd, switchover downtime, rows lost in async and
-# semi-sync, false failovers in a 10-minute soak, the brief's standby restore,
+# semi-sync, false failovers in a 10-minute soak, the standby restore of Zero-Impact Crash Recovery,
 # and Redis Sentinel's failover; its etcd parts need Debian's etcd-server and are
 # skipped, saying so, without it), the market-data stack
 # (the Optane kdb+ study: DRAM against fsmem rdbs), the bulk insert, kdb+ IPC

@@ -688,7 +688,7 @@ def markdown(a, mach: dict, eod: list[dict], hist: dict, checks: Checks, took: f
     r0 = eod[0]
     md.append("### End-of-day write")
     md.append("")
-    small = " (the `--quick` size, not the brief's 10M + 40M)" if a.quick else ""
+    small = " (the `--quick` size, not the default 10M + 40M)" if a.quick else ""
     md.append(f"One trading day of {a.trades:,} trades and {a.quotes:,} quotes{small} over {a.syms} symbols "
               f"(Zipf-skewed: the k-th most active symbol has 1/k of the first's activity), times sorted over a "
               f"6.5-hour session (09:30–16:00), prices per-symbol random walks in cents, sizes mostly round lots; "

@@ -16,7 +16,8 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// Rows per request / per TCP write: the seed's bulk-insert client.
+/// Rows per request / per TCP write: the bulk-insert client of
+/// Zero-Impact Crash Recovery for kdb+.
 pub const BATCH_ROWS: usize = 10_000;
 const SYMBOLS: usize = 500;
 /// How long a run may take to become fully queryable before it fails.

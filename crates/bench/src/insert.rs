@@ -21,14 +21,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Rows per request: the seed's 10k bulk insert.
+/// Rows per request: the 10k bulk insert of Zero-Impact Crash Recovery for kdb+.
 pub const BATCH_ROWS: usize = 10_000;
 /// Distinct rows generated up front; longer runs send them again (the
 /// client's own work stays out of the measurement).
 pub const GENERATED_ROWS_MAX: u64 = 2_000_000;
 /// The server is sampled this often.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(1);
-/// MB as in the seed's MB/s: 10^6 bytes.
+/// MB as in the MB/s of Zero-Impact Crash Recovery for kdb+: 10^6 bytes.
 const MB: f64 = 1e6;
 
 /// A server to insert into.
@@ -320,7 +320,7 @@ pub const INSERT_ROWS_PREFIX: &str = "tickdb up --fsync";
 impl InsertReport {
     pub fn markdown(&self) -> String {
         let mut s = format!(
-            "The client of Zero-Impact Crash Recovery for kdb+: one connection inserts {} `trade` rows in {BATCH_ROWS}-row requests (ILP over HTTP, each answered once journaled), until every row is acknowledged. MB/s counts the ILP bytes sent (10^6 bytes); CPU (% of one core) and RSS of the server process are sampled every second from /proc. The server is `tickdb up` (tp + rdb in one process, like the brief's kdb+ primary, which logs and holds the table). Peers measured in the same run: the raw disk (`dd conv=fdatasync`{}) for the journal's write rate, and QuestDB with the same client and rows. Measured on {}, {}.\n\n",
+            "The client of Zero-Impact Crash Recovery for kdb+: one connection inserts {} `trade` rows in {BATCH_ROWS}-row requests (ILP over HTTP, each answered once journaled), until every row is acknowledged. MB/s counts the ILP bytes sent (10^6 bytes); CPU (% of one core) and RSS of the server process are sampled every second from /proc. The server is `tickdb up` (tp + rdb in one process, like its kdb+ primary, which logs and holds the table). Peers measured in the same run: the raw disk (`dd conv=fdatasync`{}) for the journal's write rate, and QuestDB with the same client and rows. Measured on {}, {}.\n\n",
             self.rows,
             self.dd_mb_s
                 .map(|v| format!(": {v:.0} MB/s"))

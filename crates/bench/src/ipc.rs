@@ -1037,7 +1037,7 @@ impl IpcReport {
     }
 
     /// IPC rows/s until queryable ÷ ILP TCP's, per fsync policy: the
-    /// issue's target is at least 1.
+    /// target is at least 1.
     pub fn ratio_to_tcp(&self, c: &InsertCell) -> Option<f64> {
         let tcp = self
             .insert

@@ -744,7 +744,7 @@ impl KvReport {
         s
     }
 
-    /// The targets next to what this run measured.
+    /// The targets next to what this run measured.
     fn targets(&self) -> String {
         let t = &self.tickdb;
         let mut s = String::from("\nTargets (reported, not asserted):\n\n");

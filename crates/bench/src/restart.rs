@@ -1,6 +1,6 @@
 //! `tickdb bench restart`: what Hot Restart buys an rdb. A `tickdb up
 //! --hot-restart` is loaded with the feed's trades and quotes in steps while
-//! a live feed runs at the seed's rate; a checkpoint after each step measures
+//! a live feed runs at the Optane kdb+ study's rate; a checkpoint after each step measures
 //! the ingest pause as the data grows. A journal tail follows, then kill -9.
 //! The same data directory is then restarted, page cache emptied each time:
 //! from the whole journal (no `--hot-restart`), from the store plus the
@@ -20,14 +20,15 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// The seed's rate (March 9, 2020): 48,000 updates a second.
+/// The Optane kdb+ study's rate (its simulation of the March 9, 2020
+/// crash): 48,000 updates a second.
 pub const SEED_RATE: u64 = 48_000;
 /// A trading day, 9:30 to 16:00, in seconds.
 pub const TRADING_DAY_S: u64 = 6 * 3600 + 1800;
 /// The checkpoint schedule's default (the five minutes of Zero-Impact Crash Recovery for kdb+): a crash
 /// leaves on average half of it as the journal tail.
 pub const CHECKPOINT_INTERVAL_S: u64 = 300;
-/// Rows per journaled update at the seed's rate: a feed ticking every
+/// Rows per journaled update at that rate: a feed ticking every
 /// millisecond at 48,000 updates/s sends 48 rows a tick.
 pub const SEED_RATE_BATCH_ROWS: usize = (SEED_RATE / 1000) as usize;
 /// How long the rdb may take to apply what the tp journaled, after the feeds stop.

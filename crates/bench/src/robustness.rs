@@ -1,5 +1,5 @@
 //! `tickdb bench robustness`: acknowledged-write latency of a feed at the
-//! seed's 48,000 updates/s, first on a quiet node, then while hostile
+//! Optane kdb+ study's 48,000 updates/s, first on a quiet node, then while hostile
 //! queries and clients hit every port: statements nested thousands deep,
 //! functions asked to allocate gigabytes, cross joins, a slowly read
 //! result of every row, 50 concurrent slow queries, idle and slowloris

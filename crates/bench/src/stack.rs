@@ -2,12 +2,12 @@
 //! processes of this binary: `tickdb feed` → `tickdb tp` → `tickdb agg` →
 //! `tickdb rdb` → `tickdb monitor`, on free loopback ports with its own
 //! directory; the rdb holds its tables in DRAM or in fsmem (every table,
-//! as the seed's `.mutil.tblToDotM each tables[]`). Every stack of a
+//! as the study's `.mutil.tblToDotM each tables[]`). Every stack of a
 //! scenario runs at the same time on the same data (same seed).
 //!
 //! - Test 1: for each (monitor timer, tp timer), one DRAM stack against
 //!   one fsmem stack: max and mean latency, aggregated-row latency, bytes
-//!   in memory, average query time and queries per minute, with the seed's
+//!   in memory, average query time and queries per minute, with the study's
 //!   comparison factor (the DRAM rdb of the same run is the reference).
 //! - Test 2: N DRAM stacks (2), then as many fsmem stacks as fit in the
 //!   DRAM those used: max latency, % of the machine's DRAM used, average
@@ -48,7 +48,7 @@ const BARS_TIMEOUT: Duration = Duration::from_secs(20);
 const FSMEM_STACKS_PER_CORE: usize = 2;
 /// Grace before a stopped server is killed.
 const STOP_GRACE: Duration = Duration::from_secs(5);
-/// The seed's tables placed in fsmem in an fsmem stack: all of them.
+/// The study's tables placed in fsmem in an fsmem stack: all of them.
 const FSMEM_TABLES: [&str; 5] = ["trade", "quote", "trade_1m", "quote_1m", "daily"];
 /// How often the prestress asks the rdbs how many rows they hold.
 const PRESTRESS_POLL: Duration = Duration::from_millis(250);
@@ -60,8 +60,8 @@ const PRESTRESS_MEASURE_ROWS_MIN: u64 = 1_000_000;
 /// Memory left free beyond what the live run is projected to need: the
 /// prestress stops before MemAvailable would fall below it.
 const MEM_HEADROOM_BYTES: u64 = 1 << 30;
-/// The study's scale (`--scale`): one stack, 48,000 updates/s (the March 9
-/// 2020 rate), 65M rows preloaded, a 50 ms tp timer, 10 minutes measured.
+/// The study's scale (`--scale`): one stack, 48,000 updates/s (its rate
+/// for the March 9, 2020 crash), 65M rows preloaded, a 50 ms tp timer, 10 minutes measured.
 pub const SCALE_RATE: u64 = 48_000;
 pub const SCALE_SECONDS: f64 = 600.0;
 pub const SCALE_TIMERS: Timers = Timers {
@@ -985,7 +985,7 @@ pub fn bytes(b: f64) -> String {
     }
 }
 
-/// The seed's comparison factor: `better / worse` oriented so that above
+/// The study's comparison factor: `better / worse` oriented so that above
 /// 1 means fsmem did better. For lower-is-better measures pass
 /// (dram, fsmem); for higher-is-better (fsmem, dram).
 pub fn factor(num: Option<f64>, den: Option<f64>) -> String {
@@ -1238,7 +1238,7 @@ impl StackReport {
         )
     }
 
-    /// The targets next to what this run measured (reported, not
+    /// The targets next to what this run measured (reported, not
     /// asserted).
     fn targets(&self) -> String {
         let mut s = String::from("\nTargets (reported, not asserted):\n\n");

@@ -14,7 +14,7 @@ use toml::Spanned;
 
 pub use crate::schema_file::SCHEMA_FILE_BYTES_MAX;
 
-/// The schema `tickdb` uses when no `--schema` file is given: the seeds'
+/// The schema `tickdb` uses when no `--schema` file is given: kdb+ tick's
 /// `trade` and `quote` tables, and the aggregation engine's keyed
 /// `trade_1m`, `quote_1m` and `daily`.
 pub const DEFAULT_SCHEMA_TOML: &str = include_str!("default_schema.toml");

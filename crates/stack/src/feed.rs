@@ -8,7 +8,7 @@
 //!
 //! `--prestress N` first preloads N records as fast as the tp acknowledges
 //! them (ILP over HTTP, 10,000 rows a request, each answered after it is
-//! journaled), like the seed's 65 million records loaded before its run.
+//! journaled), like the study's 65 million records loaded before its run.
 
 use crate::clock::TickClock;
 use crate::error::{Result, StackError};
@@ -28,12 +28,13 @@ pub const TICK_MS: u64 = 1;
 /// Rows sent in one write at most: after a stall the feed catches up in
 /// bursts of this size rather than one huge buffer.
 pub const BURST_ROWS_MAX: u64 = 50_000;
-/// Rows per prestress request by default: the seed's bulk-insert size.
+/// Rows per prestress request by default: the bulk-insert size of
+/// Zero-Impact Crash Recovery for kdb+.
 pub const PRESTRESS_BATCH_ROWS: usize = 10_000;
 /// Most rows per prestress request (about 6 MB of ILP, well inside the tp's
 /// default request limit).
 pub const PRESTRESS_BATCH_ROWS_MAX: usize = 100_000;
-/// The seed's prestress: 65 million records.
+/// The Optane kdb+ study's prestress: 65 million records.
 pub const SEED_PRESTRESS_ROWS: u64 = 65_000_000;
 /// The scaled default prestress allows this many bytes of available memory
 /// per row (the tp's journal pages, the rdb's columns, the agg, headroom).
@@ -85,7 +86,7 @@ fn parse_prestress(s: &str) -> std::result::Result<Prestress, String> {
     }
 }
 
-/// The default prestress on this machine: the seed's 65M, scaled down to
+/// The default prestress on this machine: the study's 65M, scaled down to
 /// what the available memory and cores take in seconds.
 pub fn default_prestress_rows() -> u64 {
     let mem = crate::procfs::mem_available_bytes().unwrap_or(1 << 30) / PRESTRESS_BYTES_PER_ROW;
@@ -126,7 +127,8 @@ pub struct FeedArgs {
     #[arg(long, default_value = "tickdb")]
     pub ipc_user: String,
     /// Total updates per second, trades and quotes together (1:10). The
-    /// default is the March 9, 2020 close of the Optane kdb+ study.
+    /// default is the rate at which the Optane kdb+ study simulated the
+    /// March 9, 2020 crash.
     #[arg(long, default_value_t = 48_000)]
     pub rate: u64,
     /// Seconds to run after the prestress (fractions allowed); without it,

@@ -40,8 +40,9 @@ pub const CSV_FILE: &str = "monitor.csv";
 pub const SUMMARY_FILE: &str = "summary.json";
 pub const LATENCY_SVG: &str = "latency.svg";
 pub const MEMORY_SVG: &str = "memory.svg";
-/// Polls kept in memory for the plots and summary: a day at the seed's 2 s
-/// timer. Beyond it the CSV keeps everything and the plots the first ones.
+/// Polls kept in memory for the plots and summary: a day at the Optane kdb+
+/// study's 2 s timer. Beyond it the CSV keeps everything and the plots the
+/// first ones.
 pub const SAMPLES_MAX: usize = 50_000;
 const MIB: f64 = 1024.0 * 1024.0;
 

@@ -324,7 +324,7 @@ fn restore(s: &mut String, r: &FailoverReport) {
     let _ = write!(
         s,
         "### Restore from the standby's last checkpoint (the headline of Zero-Impact Crash Recovery for kdb+)\n\n\
-         The brief's standby snapshots every 5 minutes; after a failover it restores its last snapshot and \
+         Its standby snapshots every 5 minutes; after a failover it restores its last snapshot and \
          replays the log after it, in under {BRIEF_RESTORE_S:.0} s. Here, in the same run, the replication \
          benchmark's restore: a standby with a Hot Restart store (`--fsync {}`) follows a primary preloaded \
          with {} rows, checkpoints (`POST /checkpoint`), follows 5 minutes of a {} rows/s feed's log ({}-row \
