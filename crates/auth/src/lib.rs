@@ -20,5 +20,5 @@ pub mod verifier;
 pub use error::AuthError;
 pub use limiter::{LoginLimiter, Refusal};
 pub use role::Role;
-pub use users::{new_token, token_hash, User, Users, DEFAULT_PASSWORD};
+pub use users::{new_token, pg_md5, pg_md5_salted, token_hash, User, Users, DEFAULT_PASSWORD};
 pub use verifier::ScramVerifier;

@@ -10,6 +10,11 @@
 //! name = "feed"
 //! roles = ["write"]
 //! tokens = ["sha256:9f86d081…"]           # `tickdb user token`: SHA-256 of a bearer token
+//!
+//! [[user]]
+//! name = "legacy"
+//! roles = ["read"]
+//! pg_md5 = "md5…"   # `tickdb user add legacy --role read --md5`: PostgreSQL's md5(password || name)
 //! ```
 //!
 //! Nothing in it lets anyone log in: passwords are SCRAM verifiers and
@@ -56,6 +61,7 @@ struct UserEntry {
     password: Option<String>,
     #[serde(default)]
     tokens: Vec<String>,
+    pg_md5: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -63,6 +69,10 @@ pub struct User {
     pub name: String,
     pub roles: Vec<Role>,
     pub password: Option<ScramVerifier>,
+    /// PostgreSQL's MD5 hash, `md5` + hex(md5(password || name)), for
+    /// PostgreSQL wire clients too old for SCRAM (`--pg-auth md5`). Only
+    /// PostgreSQL wire uses it.
+    pub pg_md5: Option<String>,
 }
 
 impl User {
@@ -79,6 +89,11 @@ pub struct Users {
     /// Keyed digests of (user, password) pairs verified recently.
     verified: Mutex<HashMap<[u8; 32], Instant>>,
     cache_key: [u8; 32],
+    /// Keys the salts made up for names that have no SCRAM verifier, so a
+    /// name's salt is the same on every try and across restarts (while the
+    /// file is the same) and user names cannot be probed. Derived from
+    /// the secrets in the file.
+    mock_key: [u8; 32],
 }
 
 impl std::fmt::Debug for Users {
@@ -98,6 +113,29 @@ pub fn token_hash(token: &str) -> String {
     s
 }
 
+/// PostgreSQL's MD5 password hash: `md5` + hex(md5(password || name)).
+pub fn pg_md5(name: &str, password: &str) -> String {
+    let d = md5::compute(format!("{password}{name}").as_bytes());
+    format!("md5{d:x}")
+}
+
+/// What a PostgreSQL client answers an MD5 challenge with, given the
+/// stored `pg_md5` and the challenge's salt:
+/// `md5` + hex(md5(hex(md5(password || name)) || salt)).
+pub fn pg_md5_salted(stored: &str, salt: &[u8]) -> String {
+    let hex = stored.strip_prefix("md5").unwrap_or(stored);
+    let mut bytes = Vec::with_capacity(hex.len() + salt.len());
+    bytes.extend_from_slice(hex.as_bytes());
+    bytes.extend_from_slice(salt);
+    format!("md5{:x}", md5::compute(&bytes))
+}
+
+fn valid_pg_md5(s: &str) -> Option<String> {
+    let hex = s.trim().strip_prefix("md5")?;
+    (hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| format!("md5{}", hex.to_ascii_lowercase()))
+}
+
 fn parse_token_hash(s: &str) -> Option<[u8; 32]> {
     let hex = s.trim().strip_prefix(TOKEN_PREFIX)?;
     if hex.len() != 64 {
@@ -112,6 +150,24 @@ fn parse_token_hash(s: &str) -> Option<[u8; 32]> {
 
 impl Users {
     pub fn new(users: Vec<User>, tokens: Vec<(usize, [u8; 32])>) -> Users {
+        let mock_key = {
+            let mut h = <Hmac<Sha256> as KeyInit>::new_from_slice(b"tickdb mock SCRAM salt")
+                .expect("HMAC accepts any key length");
+            for u in &users {
+                if let Some(v) = &u.password {
+                    h.update(&v.server_key);
+                    h.update(&v.stored_key);
+                }
+                if let Some(m) = &u.pg_md5 {
+                    h.update(m.as_bytes());
+                }
+            }
+            for (_, t) in &tokens {
+                h.update(t);
+            }
+            let k: [u8; 32] = h.finalize().into_bytes().into();
+            k
+        };
         let by_name = users
             .iter()
             .enumerate()
@@ -123,7 +179,25 @@ impl Users {
             by_token: tokens.into_iter().map(|(i, t)| (t, i)).collect(),
             verified: Mutex::new(HashMap::new()),
             cache_key: rand::random(),
+            mock_key,
         }
+    }
+
+    /// The salt and iterations to answer a SCRAM client-first for a name
+    /// with no SCRAM verifier (unknown, or with only a token or an MD5
+    /// hash), so that the answer looks like a real user's: the same salt
+    /// for the same name every time, the file's usual iteration count.
+    pub fn mock_salt(&self, name: &str) -> (Vec<u8>, u32) {
+        let mut h = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.mock_key)
+            .expect("HMAC accepts any key length");
+        h.update(name.as_bytes());
+        let d: [u8; 32] = h.finalize().into_bytes().into();
+        let iterations = self
+            .users
+            .iter()
+            .find_map(|u| u.password.as_ref().map(|v| v.iterations))
+            .unwrap_or(crate::verifier::SCRAM_ITERATIONS_DEFAULT);
+        (d[..crate::verifier::SCRAM_SALT_BYTES].to_vec(), iterations)
     }
 
     pub fn load(path: &Path) -> Result<Users, AuthError> {
@@ -184,13 +258,22 @@ impl Users {
                 })?;
                 tokens.push((users.len(), h));
             }
-            if password.is_none() && e.tokens.is_empty() {
-                return Err(format!("{who} has neither a password nor a token: it could never log in"));
+            let pg_md5 = match &e.pg_md5 {
+                Some(m) => Some(valid_pg_md5(m).ok_or_else(|| {
+                    format!("{who}: pg_md5 is not md5<32 hex digits> (`tickdb user add --md5` prints one)")
+                })?),
+                None => None,
+            };
+            if password.is_none() && e.tokens.is_empty() && pg_md5.is_none() {
+                return Err(format!(
+                    "{who} has no password, token or pg_md5: it could never log in"
+                ));
             }
             users.push(User {
                 name: e.name,
                 roles,
                 password,
+                pg_md5,
             });
         }
         Ok(Users::new(users, tokens))
@@ -255,6 +338,9 @@ impl Users {
                 u.password
                     .as_ref()
                     .is_some_and(|v| v.verify(DEFAULT_PASSWORD) || v.verify(&u.name))
+                    || u.pg_md5.as_ref().is_some_and(|m| {
+                        *m == pg_md5(&u.name, DEFAULT_PASSWORD) || *m == pg_md5(&u.name, &u.name)
+                    })
             })
             .map(|u| u.name.clone())
             .collect()
@@ -269,6 +355,7 @@ impl Users {
                 name: name.to_string(),
                 roles: vec![Role::Admin],
                 password: Some(ScramVerifier::new(password)),
+                pg_md5: None,
             }],
             Vec::new(),
         )
@@ -317,7 +404,8 @@ mod tests {
             ("".to_string(), "no [[user]]"),
             ("[[user]]\nname = \"a\"\nroles = []\npassword = \"p\"\n".to_string(), "`a` has no role"),
             (format!("[[user]]\nname = \"a\"\nroles = [\"root\"]\npassword = \"{v}\"\n"), "unknown role `root`"),
-            ("[[user]]\nname = \"a\"\nroles = [\"read\"]\n".to_string(), "neither a password nor a token"),
+            ("[[user]]\nname = \"a\"\nroles = [\"read\"]\n".to_string(), "no password, token or pg_md5"),
+            ("[[user]]\nname = \"a\"\nroles = [\"read\"]\npg_md5 = \"md5xyz\"\n".to_string(), "pg_md5 is not md5<32 hex digits>"),
             ("[[user]]\nname = \"a\"\nroles = [\"read\"]\ntokens = [\"abc\"]\n".to_string(), "token `abc`"),
             ("[[user]]\nname = \"a\"\nroles = [\"read\"]\npasword = \"x\"\n".to_string(), "pasword"),
             (format!("[[user]]\nname = \"a\"\nroles = [\"read\"]\npassword = \"{v}\"\n[[user]]\nname = \"a\"\nroles = [\"read\"]\npassword = \"{v}\"\n"), "appears twice"),
@@ -325,6 +413,52 @@ mod tests {
             let e = file(&text).expect_err(&text);
             assert!(e.contains(want), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn pg_md5_entries_parse_and_match_postgresql() {
+        // PostgreSQL: SELECT 'md5' || md5('pencil' || 'user')
+        assert_eq!(
+            pg_md5("user", "pencil"),
+            "md520c46e3762c864548e296b33c3406aa9"
+        );
+        // pgwire's own test vector for the salted answer.
+        let stored = pg_md5("zmjiang", "themanwhochangedchina");
+        assert_eq!(
+            pg_md5_salted(&stored, &[20, 247, 107, 249]),
+            "md521fe459d77d3e3ea9c9fcd5c11030d30"
+        );
+        let text = format!(
+            "[[user]]\nname = \"old\"\nroles = [\"read\"]\npg_md5 = \"{}\"\n[[user]]\nname = \"both\"\nroles = [\"read\"]\npassword = \"{}\"\npg_md5 = \"{}\"\n",
+            pg_md5("old", "pw1").to_ascii_uppercase().replacen("MD5", "md5", 1),
+            ScramVerifier::new("pw2"),
+            pg_md5("both", "pw2"),
+        );
+        let users = file(&text).expect("parses");
+        let old = users.get("old").expect("old");
+        assert_eq!(
+            old.pg_md5.as_deref(),
+            Some(pg_md5("old", "pw1").as_str()),
+            "kept lower case"
+        );
+        assert!(old.password.is_none());
+        assert!(
+            users.check_password("old", "pw1").is_none(),
+            "MD5 is for PostgreSQL wire only"
+        );
+        assert!(users.get("both").and_then(|u| u.pg_md5.as_ref()).is_some());
+        let (a, i) = users.mock_salt("nobody");
+        assert_eq!((a.clone(), i), users.mock_salt("nobody"), "stable per name");
+        assert_ne!(a, users.mock_salt("nobody2").0);
+        assert_eq!(i, 4096);
+        let defaults = format!(
+            "[[user]]\nname = \"x\"\nroles = [\"read\"]\npg_md5 = \"{}\"\n",
+            pg_md5("x", DEFAULT_PASSWORD)
+        );
+        assert_eq!(
+            file(&defaults).expect("parses").with_default_passwords(),
+            ["x"]
+        );
     }
 
     #[test]

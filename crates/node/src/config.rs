@@ -46,7 +46,9 @@ pub struct NetArgs {
     /// Users file (TOML): names, roles (read, write, admin), SCRAM-SHA-256
     /// password verifiers and hashed bearer tokens; `tickdb user add`
     /// prints entries. With it, HTTP asks for basic auth or a bearer token
-    /// (except /health and /settings) and checks the user's role. See
+    /// (except /health and /settings), PostgreSQL wire for a SCRAM-SHA-256
+    /// login (--pg-auth), kdb+ IPC for a user and password, and each checks
+    /// the user's role; --pg-user and --pg-password are then unused. See
     /// docs/security.md.
     #[arg(long, value_name = "FILE")]
     pub users: Option<PathBuf>,
@@ -339,13 +341,25 @@ impl HttpArgs {
     }
 }
 
+/// `--pg-auth`: how PostgreSQL clients log in with a users file.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PgAuthArg {
+    /// SCRAM-SHA-256 for every user (PostgreSQL's scram-sha-256).
+    Scram,
+    /// MD5 for users whose entry has a pg_md5, SCRAM-SHA-256 for the rest
+    /// (PostgreSQL's md5): for clients too old for SCRAM.
+    Md5,
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct PgArgs {
-    /// User PostgreSQL clients log in as (MD5 password authentication).
+    /// Without --users: the one user PostgreSQL clients log in as (MD5
+    /// password authentication). With --users, the users file's users log
+    /// in instead.
     #[arg(long, default_value = tickdb_query::pg::PG_USER_DEFAULT)]
     pub pg_user: String,
-    /// Password of --pg-user. Prefer the environment variable, which keeps
-    /// it out of `ps`.
+    /// Password of --pg-user (without --users). Prefer the environment
+    /// variable, which keeps it out of `ps`.
     #[arg(
         long,
         env = "TICKDB_PG_PASSWORD",
@@ -353,10 +367,17 @@ pub struct PgArgs {
         default_value = tickdb_query::pg::PG_PASSWORD_DEFAULT
     )]
     pub pg_password: String,
-    /// Accept PostgreSQL clients with no password at all (trust). Off
-    /// unless given; meant for loopback-only test setups.
+    /// Accept PostgreSQL clients with no password at all (trust), even with
+    /// --users. Off unless given; meant for loopback-only test setups.
     #[arg(long)]
     pub pg_no_auth: bool,
+    /// With --users: `scram` (default) asks every user for SCRAM-SHA-256;
+    /// `md5` asks users whose entry has a pg_md5 (`tickdb user add --md5`)
+    /// for an MD5 password instead, for clients too old for SCRAM, and
+    /// everyone else for SCRAM. Either way a user needs the read role.
+    /// Without --users it changes nothing.
+    #[arg(long, value_enum, default_value = "scram", value_name = "METHOD")]
+    pub pg_auth: PgAuthArg,
     /// PostgreSQL connections served at once; more are refused (SQLSTATE
     /// 53300, "too many clients").
     #[arg(long, default_value_t = tickdb_query::pg::PG_CONNECTIONS_MAX_DEFAULT, value_name = "N")]
@@ -376,8 +397,9 @@ pub struct PgArgs {
 }
 
 impl PgArgs {
-    pub fn options(&self) -> tickdb_query::pg::PgOptions {
-        let mut o = tickdb_query::pg::PgOptions::new(self.auth());
+    /// The port's options; `security` gives the users file, if any.
+    pub fn options(&self, security: &crate::security::Security) -> tickdb_query::pg::PgOptions {
+        let mut o = tickdb_query::pg::PgOptions::new(self.auth(security));
         o.connections_max = self.pg_connections_max.max(1);
         o.limits.startup_timeout = std::time::Duration::from_secs(self.pg_startup_timeout_s.max(1));
         o.limits.idle_timeout = std::time::Duration::from_secs(self.pg_idle_timeout_s);
@@ -386,9 +408,18 @@ impl PgArgs {
         o
     }
 
-    pub fn auth(&self) -> tickdb_query::pg::PgAuth {
+    pub fn auth(&self, security: &crate::security::Security) -> tickdb_query::pg::PgAuth {
         if self.pg_no_auth {
             tickdb_query::pg::PgAuth::Trust
+        } else if let Some(users) = security.users() {
+            tickdb_query::pg::PgAuth::Users(tickdb_query::pg::PgUsers {
+                users: users.clone(),
+                limiter: security.limiter().clone(),
+                method: match self.pg_auth {
+                    PgAuthArg::Scram => tickdb_query::pg::PgAuthMethod::Scram,
+                    PgAuthArg::Md5 => tickdb_query::pg::PgAuthMethod::Md5,
+                },
+            })
         } else {
             tickdb_query::pg::PgAuth::Password {
                 user: self.pg_user.clone(),
@@ -398,9 +429,14 @@ impl PgArgs {
     }
 
     /// For the start-up line: how clients log in (never the password).
-    pub fn describe(&self) -> String {
+    pub fn describe(&self, users: bool) -> String {
         if self.pg_no_auth {
             "no authentication".to_string()
+        } else if users {
+            match self.pg_auth {
+                PgAuthArg::Scram => "users file, SCRAM-SHA-256".to_string(),
+                PgAuthArg::Md5 => "users file, SCRAM-SHA-256 (MD5 for pg_md5 entries)".to_string(),
+            }
         } else {
             format!("user {}, md5 password", self.pg_user)
         }
@@ -471,10 +507,12 @@ pub struct IpcArgs {
     /// given.
     #[arg(long, value_name = "[rp,]PORT", value_parser = listen_spec)]
     pub ipc_port: Option<ListenSpec>,
-    /// Accept kdb+ IPC clients with any user and password. Off unless given:
-    /// clients log in as the PostgreSQL wire user and password (--pg-user,
-    /// TICKDB_PG_PASSWORD; on a tp, which has no PostgreSQL port, the user
-    /// tickdb and TICKDB_PG_PASSWORD, default tickdb).
+    /// Accept kdb+ IPC clients with any user and password, even with
+    /// --users. Off unless given: with --users, clients log in as a user of
+    /// the file (queries and .u.sub need the read role, .u.upd and insert
+    /// the write role); without, as the PostgreSQL wire user and password
+    /// (--pg-user, TICKDB_PG_PASSWORD; on a tp, which has no PostgreSQL
+    /// port, the user tickdb and TICKDB_PG_PASSWORD, default tickdb).
     #[arg(long)]
     pub ipc_no_auth: bool,
     /// Largest kdb+ IPC message accepted, in bytes, on the wire and once
@@ -490,10 +528,16 @@ pub struct IpcArgs {
 }
 
 impl IpcArgs {
-    /// The listener's options; `pg` gives the user and password.
-    pub fn options(&self, pg: Option<&PgArgs>) -> crate::ipc::IpcOptions {
+    /// The listener's options; `security` gives the users file, if any,
+    /// and without one `pg` the user and password.
+    pub fn options(
+        &self,
+        pg: Option<&PgArgs>,
+        security: &crate::security::Security,
+    ) -> crate::ipc::IpcOptions {
         let auth = match (self.ipc_no_auth, pg) {
             (true, _) => crate::ipc::IpcAuth::Anonymous,
+            (false, _) if security.users().is_some() => crate::ipc::IpcAuth::Users,
             (false, Some(pg)) => crate::ipc::IpcAuth::Password {
                 user: pg.pg_user.clone(),
                 password: pg.pg_password.clone(),
@@ -516,10 +560,11 @@ impl IpcArgs {
     }
 
     /// For the start-up line.
-    pub fn describe(&self) -> String {
+    pub fn describe(&self, users: bool) -> String {
         match &self.ipc_port {
             None => "off".into(),
             Some(p) if self.ipc_no_auth => format!("{p} (no authentication)"),
+            Some(p) if users => format!("{p} (users file)"),
             Some(p) => format!("{p}"),
         }
     }

@@ -540,16 +540,17 @@ async fn stop_requested(node: &Node) -> &'static str {
 /// Serves kdb+ IPC when the node has the port.
 fn start_ipc(acceptor: Option<Acceptor>, node: &Arc<Node>, a: &IpcArgs, pg: Option<&PgArgs>) {
     if let Some(acc) = acceptor {
-        tokio::spawn(crate::ipc::serve(acc, node.clone(), a.options(pg)));
+        let opts = a.options(pg, &node.security());
+        tokio::spawn(crate::ipc::serve(acc, node.clone(), opts));
     }
 }
 
 /// Serves PostgreSQL on the query threads.
-fn start_pg(acceptor: Acceptor, engine: &QueryEngine, pg: &PgArgs) {
+fn start_pg(acceptor: Acceptor, engine: &QueryEngine, pg: &PgArgs, node: &Node) {
     engine.runtime().spawn(tickdb_query::pg::serve(
         acceptor,
         engine.clone(),
-        pg.options(),
+        pg.options(&node.security()),
     ));
 }
 
@@ -578,8 +579,16 @@ async fn blocking<T: Send + 'static>(
         .unwrap_or_else(|e| Err(format!("{what} failed: {e}")))
 }
 
-/// What a node's flags leave open to anyone (protected mode's list).
-fn open_doors(tp: bool, pg: Option<&PgArgs>, ipc: &IpcArgs) -> crate::security::OpenDoors {
+/// What a node's flags leave open to anyone (protected mode's list). With
+/// a users file (`users`), PostgreSQL wire and kdb+ IPC log its users in,
+/// so the default --pg-password opens nothing; --pg-no-auth and
+/// --ipc-no-auth still do.
+fn open_doors(
+    tp: bool,
+    users: bool,
+    pg: Option<&PgArgs>,
+    ipc: &IpcArgs,
+) -> crate::security::OpenDoors {
     let mut d = crate::security::OpenDoors::default();
     if tp {
         d.add(true, "ILP TCP and the subscription port (no authentication yet)");
@@ -587,14 +596,17 @@ fn open_doors(tp: bool, pg: Option<&PgArgs>, ipc: &IpcArgs) -> crate::security::
     if let Some(pg) = pg {
         d.add(pg.pg_no_auth, "PostgreSQL wire (--pg-no-auth)");
         d.add(
-            !pg.pg_no_auth && pg.pg_password == tickdb_query::pg::PG_PASSWORD_DEFAULT,
+            !users && !pg.pg_no_auth && pg.pg_password == tickdb_query::pg::PG_PASSWORD_DEFAULT,
             "PostgreSQL wire with the default --pg-password",
         );
     }
     if ipc.ipc_port.is_some() {
         d.add(ipc.ipc_no_auth, "kdb+ IPC (--ipc-no-auth)");
         let pg_default = pg.is_none_or(|p| p.pg_password == tickdb_query::pg::PG_PASSWORD_DEFAULT);
-        d.add(!ipc.ipc_no_auth && pg_default, "kdb+ IPC with the default password");
+        d.add(
+            !users && !ipc.ipc_no_auth && pg_default,
+            "kdb+ IPC with the default password",
+        );
     }
     d
 }
@@ -606,7 +618,10 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
     if a.trim_journal && a.hot.hot_restart.is_none() {
         return Err("--trim-journal needs --hot-restart: the journal may only be trimmed behind a durable checkpoint".into());
     }
-    let security = crate::security::start(&a.net, open_doors(true, Some(&a.pg), &a.ipc))?;
+    let security = crate::security::start(
+        &a.net,
+        open_doors(true, a.net.users.is_some(), Some(&a.pg), &a.ipc),
+    )?;
     let node = Node::new(Role::Up);
     node.set_security(security);
     node.set_clock(clock.clone());
@@ -728,7 +743,7 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
     open_eod(&node, &rdb, &a.hdb, Some(tp.clone()), clock.clone())?;
     let engine = query_engine(rdb.store().clone(), &a.query, a.hdb.hdb.as_deref())?;
     node.set_query(engine.clone());
-    start_pg(ql.pg, &engine, &a.pg);
+    start_pg(ql.pg, &engine, &a.pg, &node);
     crate::eod_clock::spawn_schedule(tp.clone(), clock);
     let rdb_thread = {
         let (tp, rdb, life) = (tp.clone(), rdb.clone(), node.life.clone());
@@ -744,8 +759,8 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
         a.tp.ilp_port,
         a.tp.tp_port,
         a.pg_port,
-        a.pg.describe(),
-        a.ipc.describe(),
+        a.pg.describe(a.net.users.is_some()),
+        a.ipc.describe(a.net.users.is_some()),
         a.tp.repl.repl_port,
         describe_replication(&a.tp),
         a.tp.data_dir.display()
@@ -778,7 +793,10 @@ pub async fn tp(a: TpOnlyArgs) -> Result<(), String> {
     standby_flags_fit(&a.tp, &a.schema)?;
     let (schema, toml) = load_schema(&a.schema)?;
     let clock = a.eod.clock()?;
-    let security = crate::security::start(&a.net, open_doors(true, None, &a.ipc))?;
+    let security = crate::security::start(
+        &a.net,
+        open_doors(true, a.net.users.is_some(), None, &a.ipc),
+    )?;
     let http_l = bind(a.net.bind, &a.http_port, "HTTP").await?;
     let ilp_l = bind(a.net.bind, &a.tp.ilp_port, "ILP TCP").await?;
     let sub_l = bind(a.net.bind, &a.tp.tp_port, "tp subscriptions").await?;
@@ -821,7 +839,7 @@ pub async fn tp(a: TpOnlyArgs) -> Result<(), String> {
         a.http_port,
         a.tp.ilp_port,
         a.tp.tp_port,
-        a.ipc.describe(),
+        a.ipc.describe(a.net.users.is_some()),
         a.tp.repl.repl_port,
         describe_replication(&a.tp),
         a.tp.data_dir.join("journal").display()
@@ -838,7 +856,10 @@ pub async fn rdb(a: RdbArgs) -> Result<(), String> {
         return Err("--eod-time is the tp's: it journals the end of day, and every rdb ends the day at its marker; give an rdb --eod-tz only".into());
     }
     let clock = a.eod.clock()?;
-    let security = crate::security::start(&a.net, open_doors(false, Some(&a.pg), &a.ipc))?;
+    let security = crate::security::start(
+        &a.net,
+        open_doors(false, a.net.users.is_some(), Some(&a.pg), &a.ipc),
+    )?;
     let node = Node::new(Role::Rdb);
     node.set_security(security);
     node.life.starting("reloading the Hot Restart store");
@@ -924,7 +945,7 @@ pub async fn rdb(a: RdbArgs) -> Result<(), String> {
             life.ready();
         });
     }
-    start_pg(ql.pg, &engine, &a.pg);
+    start_pg(ql.pg, &engine, &a.pg, &node);
     start_ipc(ql.ipc, &node, &a.ipc, Some(&a.pg));
     tracing::info!(
         "tickdb rdb: following tp {}, HTTP {}:{}, PostgreSQL {} ({}), kdb+ IPC {}",
@@ -932,8 +953,8 @@ pub async fn rdb(a: RdbArgs) -> Result<(), String> {
         a.net.bind,
         a.http_port,
         a.pg_port,
-        a.pg.describe(),
-        a.ipc.describe()
+        a.pg.describe(a.net.users.is_some()),
+        a.ipc.describe(a.net.users.is_some())
     );
     let mut follow = tokio::spawn(remote::follow(
         rdb.clone(),
@@ -975,7 +996,10 @@ pub async fn hdb(a: HdbServeArgs) -> Result<(), String> {
         ));
     }
     let dir = std::fs::canonicalize(&a.dir).map_err(|e| format!("{}: {e}", a.dir.display()))?;
-    let security = crate::security::start(&a.net, open_doors(false, Some(&a.pg), &a.ipc))?;
+    let security = crate::security::start(
+        &a.net,
+        open_doors(false, a.net.users.is_some(), Some(&a.pg), &a.ipc),
+    )?;
     let node = Node::new(Role::Rdb);
     node.set_security(security);
     node.life.starting("reading the historical database");
@@ -993,7 +1017,7 @@ pub async fn hdb(a: HdbServeArgs) -> Result<(), String> {
     let engine = query_engine(rdb.store().clone(), &a.query, Some(&dir))?;
     node.set_query(engine.clone());
     node.life.ready();
-    start_pg(ql.pg, &engine, &a.pg);
+    start_pg(ql.pg, &engine, &a.pg, &node);
     start_ipc(ql.ipc, &node, &a.ipc, Some(&a.pg));
     tracing::info!(
         "tickdb hdb: serving {} on HTTP {}:{}, PostgreSQL {} ({}), kdb+ IPC {}",
@@ -1001,8 +1025,8 @@ pub async fn hdb(a: HdbServeArgs) -> Result<(), String> {
         a.net.bind,
         a.http_port,
         a.pg_port,
-        a.pg.describe(),
-        a.ipc.describe()
+        a.pg.describe(a.net.users.is_some()),
+        a.ipc.describe(a.net.users.is_some())
     );
     let why = stop_requested(&node).await;
     crate::drain::drain(&node, a.group.drain_timeout(), why).await;

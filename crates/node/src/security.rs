@@ -19,7 +19,7 @@ use tickdb_auth::{LoginLimiter, Users};
 /// every port.
 pub struct Security {
     users: Option<Arc<Users>>,
-    limiter: LoginLimiter,
+    limiter: Arc<LoginLimiter>,
 }
 
 impl Security {
@@ -27,14 +27,14 @@ impl Security {
     pub fn open() -> Security {
         Security {
             users: None,
-            limiter: LoginLimiter::new(),
+            limiter: Arc::new(LoginLimiter::new()),
         }
     }
 
     pub fn with_users(users: Users) -> Security {
         Security {
             users: Some(Arc::new(users)),
-            limiter: LoginLimiter::new(),
+            limiter: Arc::new(LoginLimiter::new()),
         }
     }
 
@@ -42,7 +42,7 @@ impl Security {
         self.users.as_ref()
     }
 
-    pub fn limiter(&self) -> &LoginLimiter {
+    pub fn limiter(&self) -> &Arc<LoginLimiter> {
         &self.limiter
     }
 }

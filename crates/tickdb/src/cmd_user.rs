@@ -5,7 +5,7 @@
 use clap::{Args, Subcommand};
 use std::io::{BufRead, Read};
 use std::process::ExitCode;
-use tickdb_auth::{new_token, token_hash, Role, ScramVerifier};
+use tickdb_auth::{new_token, pg_md5, token_hash, Role, ScramVerifier};
 
 /// Longest password read from stdin, in bytes.
 const PASSWORD_BYTES_MAX: usize = 1024;
@@ -21,7 +21,7 @@ enum UserCmd {
     /// Print a [[user]] entry for the users file (--users): the password
     /// (read from the first line of stdin) as a SCRAM-SHA-256 verifier,
     /// and with --token a new bearer token, shown once on stderr and kept
-    /// only as its SHA-256. Example:
+    /// only as its SHA-256; with --md5 also PostgreSQL's MD5 hash. Example:
     /// `echo "$PW" | tickdb user add ops --role admin >> users.toml`.
     Add {
         /// The user's name (what clients log in as).
@@ -38,6 +38,13 @@ enum UserCmd {
         /// Only a token: read no password.
         #[arg(long, requires = "token")]
         no_password: bool,
+        /// Also write the password as PostgreSQL's MD5 hash (`pg_md5`,
+        /// md5(password || name)), for PostgreSQL clients too old for
+        /// SCRAM-SHA-256; the node asks for it only with --pg-auth md5.
+        /// MD5 is weak (one fast hash, the name as salt): use it only where
+        /// such clients must connect.
+        #[arg(long, conflicts_with = "no_password")]
+        md5: bool,
     },
 }
 
@@ -48,7 +55,8 @@ pub fn run(a: UserArgs) -> ExitCode {
             roles,
             token,
             no_password,
-        } => match add(&name, &roles, token, no_password) {
+            md5,
+        } => match add(&name, &roles, token, no_password, md5) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("tickdb user add: {e}");
@@ -58,7 +66,7 @@ pub fn run(a: UserArgs) -> ExitCode {
     }
 }
 
-fn add(name: &str, roles: &[String], token: bool, no_password: bool) -> Result<(), String> {
+fn add(name: &str, roles: &[String], token: bool, no_password: bool, md5: bool) -> Result<(), String> {
     if name.is_empty() || name.contains(char::is_control) || name.contains(':') {
         return Err("a name must be non-empty, with no control character and no `:`".into());
     }
@@ -85,15 +93,18 @@ fn add(name: &str, roles: &[String], token: bool, no_password: bool) -> Result<(
         if pw == tickdb_auth::DEFAULT_PASSWORD || pw == name {
             return Err("that password is the default or the user's name: protected mode refuses it off loopback".into());
         }
-        Some(ScramVerifier::new(pw))
+        Some((ScramVerifier::new(pw), md5.then(|| pg_md5(name, pw))))
     };
     let mut out = String::new();
     out.push_str("[[user]]\n");
     out.push_str(&format!("name = {}\n", toml_str(name)));
     let names: Vec<String> = roles.iter().map(|r| toml_str(r.name())).collect();
     out.push_str(&format!("roles = [{}]\n", names.join(", ")));
-    if let Some(v) = password {
+    if let Some((v, m)) = password {
         out.push_str(&format!("password = {}\n", toml_str(&v.to_string())));
+        if let Some(m) = m {
+            out.push_str(&format!("pg_md5 = {}\n", toml_str(&m)));
+        }
     }
     if token {
         let t = new_token();

@@ -2,9 +2,14 @@
 //! and query clients connect to tickdb unchanged. The bytes are
 //! `tickdb_ipc`'s; this module is what a node does with them.
 //!
-//! - The handshake checks the same user and password as PostgreSQL wire
-//!   (anonymous only with `--ipc-no-auth`); a refusal closes the socket,
-//!   as kdb+ does.
+//! - The handshake's `user:password` is checked against the users file
+//!   (`--users`; off the I/O threads, with the node's failed-login
+//!   limiter), or without one against the PostgreSQL wire user and
+//!   password (anonymous only with `--ipc-no-auth`); a refusal closes the
+//!   socket, as kdb+ does (the client reports `'access`), and is logged.
+//! - With a users file, writes (`.u.upd`, `insert`) need the `write` role,
+//!   queries and `.u.sub` the `read` role; a call without its role is
+//!   answered `'access` and logged, and the connection goes on.
 //! - Writes (`.u.upd`, `insert`) go to the tp like ILP writes: checked
 //!   against the schema, journaled, acknowledged under the fsync policy and
 //!   the replication mode. A sync call answers once that is done. Async
@@ -82,6 +87,8 @@ pub enum IpcAuth {
         user: String,
         password: String,
     },
+    /// The node's users file (`--users`): checked with its limiter.
+    Users,
 }
 
 #[derive(Debug, Clone)]
@@ -158,6 +165,8 @@ async fn read_handshake(sock: &mut TcpStream) -> Result<Vec<u8>, String> {
 fn authorized(auth: &IpcAuth, hello: &handshake::Hello) -> bool {
     match auth {
         IpcAuth::Anonymous => true,
+        // Checked in `login`, which needs the node.
+        IpcAuth::Users => false,
         IpcAuth::Password { user, password } => {
             // Compared in full, whatever differs first.
             let same = |a: &str, b: &str| {
@@ -172,9 +181,53 @@ fn authorized(auth: &IpcAuth, hello: &handshake::Hello) -> bool {
     }
 }
 
+/// The port's name in the failed-login log.
+const PORT: &str = "kdb+ IPC";
+
+/// Checks a handshake against the users file: the user, or why not
+/// (already logged). The limiter refuses an address that keeps failing
+/// before its password is even checked; PBKDF2 (on a cache miss) runs off
+/// the I/O threads.
+async fn login(
+    node: &Arc<Node>,
+    peer: SocketAddr,
+    hello: &handshake::Hello,
+) -> Result<tickdb_auth::User, String> {
+    let security = node.security();
+    let Some(users) = security.users().cloned() else {
+        return Err("no users file; refused".into());
+    };
+    if let Err(refusal) = security.limiter().check(peer.ip()) {
+        return Err(format!("user {:?}: {refusal}; refused", hello.user));
+    }
+    let (name, password) = (hello.user.clone(), hello.password.clone());
+    let user = tokio::task::spawn_blocking(move || users.check_password(&name, &password).cloned())
+        .await
+        .map_err(|e| format!("checking the password failed: {e}"))?;
+    match user {
+        Some(u) => {
+            security.limiter().succeeded(peer.ip());
+            tracing::debug!("kdb+ IPC {peer}: {} logged in", u.name);
+            Ok(u)
+        }
+        None => {
+            security
+                .limiter()
+                .failed(PORT, peer.ip(), &hello.user, "wrong user or password");
+            Err(format!(
+                "user {:?}: wrong user or password; refused",
+                hello.user
+            ))
+        }
+    }
+}
+
 /// Per-connection state.
 struct Session {
     peer: String,
+    /// Who logged in, with a users file: what their roles allow. None:
+    /// everything (no users file).
+    user: Option<tickdb_auth::User>,
     may_compress: bool,
     out: mpsc::Sender<Vec<u8>>,
     pending: VecDeque<tickdb_tp::WriteAck>,
@@ -201,7 +254,12 @@ async fn connection(
         Ok(h) => h,
         Err(e) => return Err(format!("{e}; refused")),
     };
-    if !authorized(&opts.auth, &hello) {
+    let user = match opts.auth {
+        // kdb+ refuses by closing: the client reports 'access.
+        IpcAuth::Users => Some(login(node, peer, &hello).await?),
+        _ => None,
+    };
+    if user.is_none() && !authorized(&opts.auth, &hello) {
         // kdb+ refuses by closing: the client reports 'access.
         return Err(format!(
             "user {:?}: wrong user or password (the PostgreSQL wire user and password; --ipc-no-auth allows anyone); refused",
@@ -223,6 +281,7 @@ async fn connection(
     });
     let mut s = Session {
         peer: peer.to_string(),
+        user,
         may_compress: !peer.ip().is_loopback() && hello.agreed() >= 1,
         out: tx,
         pending: VecDeque::new(),
@@ -408,6 +467,9 @@ async fn run_call(
     c: Call,
     sync: bool,
 ) -> Option<Result<K, QError>> {
+    if let Err(e) = allowed(s, &c) {
+        return Some(Err(e));
+    }
     match c {
         Call::Pid => Some(Ok(K::Atom(tickdb_ipc::Atom::Int(
             tickdb_ipc::Kind::Int,
@@ -474,6 +536,31 @@ async fn run_call(
         Call::Q(text) => Some(query_q(node, &text).await),
         Call::Nyi(text) => Some(Err(QError::new("nyi", text))),
     }
+}
+
+/// Whether the session's user may make call `c`: writes need `write`,
+/// queries and subscriptions `read`. A refusal is `'access`, logged.
+fn allowed(s: &Session, c: &Call) -> Result<(), QError> {
+    let Some(user) = &s.user else {
+        return Ok(());
+    };
+    let (needed, what) = match c {
+        Call::Upd { .. } => (tickdb_auth::Role::Write, "writes (.u.upd, insert)"),
+        Call::Sub { .. } => (tickdb_auth::Role::Read, "subscriptions (.u.sub)"),
+        Call::Sql(_) | Call::Q(_) => (tickdb_auth::Role::Read, "queries"),
+        Call::Pid | Call::Chaser | Call::Nyi(_) => return Ok(()),
+    };
+    if user.may(needed) {
+        return Ok(());
+    }
+    let roles: Vec<&str> = user.roles.iter().map(|r| r.name()).collect();
+    let detail = format!(
+        "user `{}` may not make {what}: that needs the {needed} role (the user has: {})",
+        user.name,
+        roles.join(", ")
+    );
+    tracing::warn!("kdb+ IPC {}: refused: {detail}", s.peer);
+    Err(QError::new("access", detail))
 }
 
 fn subscribe(

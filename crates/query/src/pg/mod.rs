@@ -17,8 +17,11 @@
 //!   the column types it does not cover).
 //! - `TickErrors` turns DataFusion errors into Postgres errors with a
 //!   SQLSTATE a client can branch on and the position in the message.
-//! - `TickStartup` is password authentication (MD5, which psql, psycopg and
-//!   JDBC all speak) unless the operator explicitly turned it off.
+//! - `TickStartup` is password authentication: with a users file
+//!   (`--users`), SCRAM-SHA-256 against each user's stored verifier, MD5
+//!   for users with a `pg_md5` entry under `--pg-auth md5` (`scram`);
+//!   without one, MD5 for the one `--pg-user` (which psql, psycopg and JDBC
+//!   all speak); none only when the operator explicitly turned it off.
 //!
 //! Everything here runs on the engine's query threads (`serve` is spawned
 //! there), so a PostgreSQL client never occupies the ingest threads.
@@ -27,8 +30,10 @@ mod cancel;
 mod connection;
 mod encode_rows;
 mod framing;
+pub mod scram;
 
 pub use connection::ConnLimits;
+pub use scram::{PgAuthMethod, PgUsers};
 
 use crate::context::{QueryCtx, CURRENT_QUERY};
 use crate::{QueryEngine, QueryError};
@@ -79,8 +84,11 @@ pub const PG_PASSWORD_DEFAULT: &str = "tickdb";
 /// How clients authenticate.
 #[derive(Debug, Clone)]
 pub enum PgAuth {
-    /// MD5 password authentication for one user.
+    /// MD5 password authentication for one user (no users file).
     Password { user: String, password: String },
+    /// The users file: SCRAM-SHA-256 (and MD5 for `pg_md5` entries with
+    /// `--pg-auth md5`), the `read` role to connect, failed logins limited.
+    Users(PgUsers),
     /// No authentication at all (`--pg-no-auth`).
     Trust,
 }
@@ -228,6 +236,8 @@ async fn refuse(mut socket: tokio::net::TcpStream, max: usize) {
 struct TickPgHandlers {
     service: Arc<DfSessionService>,
     auth: PgAuth,
+    /// Backend pids and cancel keys, one sequence for every connection.
+    keys: Arc<dyn pgwire::api::PidSecretKeyGenerator>,
     engine: QueryEngine,
     connections: Arc<Connections>,
 }
@@ -252,6 +262,7 @@ impl TickPgHandlers {
         TickPgHandlers {
             service: Arc::new(DfSessionService::new_with_hooks(ctx, hooks)),
             auth,
+            keys: Arc::new(pgwire::api::RandomPidSecretKeyGenerator::default()),
             engine,
             connections,
         }
@@ -276,6 +287,11 @@ impl TickPgHandlers {
     fn startup(&self) -> Arc<TickStartup> {
         Arc::new(match &self.auth {
             PgAuth::Trust => TickStartup::Trust(TrustStartup),
+            PgAuth::Users(users) => TickStartup::Users(Box::new(scram::UsersStartup::new(
+                users.clone(),
+                self.keys.clone(),
+                Arc::new(DefaultServerParameterProvider::default()),
+            ))),
             PgAuth::Password { user, password } => {
                 TickStartup::Md5(Box::new(Md5PasswordAuthStartupHandler::new(
                     Arc::new(OneUser {
@@ -1011,6 +1027,7 @@ impl NoopStartupHandler for TrustStartup {}
 enum TickStartup {
     Trust(TrustStartup),
     Md5(Box<Md5PasswordAuthStartupHandler<OneUser, DefaultServerParameterProvider>>),
+    Users(Box<scram::UsersStartup>),
 }
 
 #[async_trait]
@@ -1028,6 +1045,7 @@ impl StartupHandler for TickStartup {
         match self {
             TickStartup::Trust(h) => h.on_startup(client, message).await,
             TickStartup::Md5(h) => h.on_startup(client, message).await,
+            TickStartup::Users(h) => h.on_startup(client, message).await,
         }
     }
 }
