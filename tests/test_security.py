@@ -190,7 +190,6 @@ def test_protected_mode_refuses_non_loopback_without_real_credentials(tmp_path, 
             "--data-dir", str(tmp_path / "d")]
     for extra, want in [
         ([], "no --users file"),
-        (["--users", str(f)], "ILP TCP"),
         (["--users", str(f), "--pg-no-auth"], "--pg-no-auth"),
         (["--users", str(weak)], "default password or their own name as password: tickdb"),
     ]:
@@ -272,3 +271,93 @@ def test_the_readme_example_config_is_what_tickdb_reads(tmp_path):
                            timeout=30, env=env)
         assert p.returncode == 0, (role, p.stderr)
         assert "config file" in p.stdout, p.stdout
+
+
+def ilp_user(name: str, roles: list[str]) -> tuple[str, str]:
+    """A [[user]] entry with an ILP TCP key, and the questdb client's
+    auth parameters (`username=…;token=…;token_x=…;token_y=…;`)."""
+    args = [BIN, "user", "add", name, "--ilp-key", "--no-password"]
+    for r in roles:
+        args += ["--role", r]
+    p = subprocess.run(args, capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    conf = p.stderr.strip().splitlines()[-1]
+    assert conf.startswith("tcp::addr=HOST:PORT;"), conf
+    d = re.search(r"token=([^;]+);", conf).group(1)
+    assert d not in p.stdout, "the file must never hold the private key"
+    return p.stdout, conf.removeprefix("tcp::addr=HOST:PORT;")
+
+
+def test_ilp_tcp_takes_questdbs_key_challenge(cluster, tmp_path):
+    feed, feed_auth = ilp_user("feed", ["write"])
+    dash, dash_auth = ilp_user("dash", ["read"])
+    _, stranger_auth = ilp_user("feed", ["write"])  # the same name, another key
+    f = tmp_path / "users.toml"
+    f.write_text(feed + "\n" + dash + "\n" + user_entry("ops", ["admin"], "ops-pw-1")[0])
+    node = cluster.up(extra=["--users", str(f)])
+    ops = ("ops", "ops-pw-1")
+
+    def send(auth: str, sym: str) -> None:
+        try:
+            with Sender.from_conf(f"tcp::addr=127.0.0.1:{node.ilp_port};{auth}") as s:
+                s.row("trade", symbols={"sym": sym}, columns={"price": 1.0, "size": 1}, at=TimestampNanos(T0))
+        except QuestDBError:
+            pass  # a refused client may see the close as an error
+
+    send(feed_auth, "OK")
+    assert wait_count(node, ops, 1) == 1
+    send(stranger_auth, "STRANGER")
+    send(dash_auth, "READER")
+    send("", "ANON")
+    node.wait_log("lacks the write role")
+    time.sleep(0.5)
+    r = requests.get(node.url + "/exec", params={"query": "select sym from trade"}, auth=ops, timeout=10)
+    assert [row[0] for row in r.json()["dataset"]] == ["OK"], "refused connections wrote nothing"
+    log = node.log_tail(400)
+    assert "ILP TCP: failed login" in log and "wrong user or key" in log
+
+
+def test_the_subscription_port_takes_only_logged_in_users_with_their_role(cluster, users, tmp_path):
+    f, _ = users
+    tp = cluster.tp(extra=["--users", str(f)])
+    r = requests.post(tp.url + "/write", data=f"trade,sym=S price=1.0,size=1i {T0}\n", auth=basic("writer"), timeout=10)
+    assert r.status_code == 204, r.text
+    # Without a user, with a wrong password, and as a user without read:
+    # refused, and each says why in the tp's log.
+    for extra, env, why in [
+        ([], {}, "log in before subscribing"),
+        (["--tp-user", "reader"], {"TICKDB_TP_PASSWORD": "wrong"}, "failed login from 127.0.0.1 as `reader`"),
+        (["--tp-user", "writer"], {"TICKDB_TP_PASSWORD": "writer-pw-1"}, "lacks the read role"),
+    ]:
+        p = cluster.rdb(tp.tp_port, extra=extra, start=False)
+        old = dict(os.environ)
+        os.environ.update(env)
+        try:
+            p.start(wait_ready=False)
+        finally:
+            os.environ.clear()
+            os.environ.update(old)
+        tp.wait_log(why)
+        p.kill9()
+    # The reader follows the tp.
+    os.environ["TICKDB_TP_PASSWORD"] = "reader-pw-1"
+    try:
+        rdb = cluster.rdb(tp.tp_port, extra=["--tp-user", "reader"])
+    finally:
+        del os.environ["TICKDB_TP_PASSWORD"]
+    assert rdb.wait_rows("trade", 1) == 1
+
+
+def test_admin_commands_log_in_as_the_admin_user(cluster, users):
+    f, _ = users
+    node = cluster.up(extra=["--users", str(f)])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKDB_ADMIN")}
+    args = [BIN, "eod", "--node", f"127.0.0.1:{node.http_port}", "--no-wait"]
+    p = subprocess.run(args, capture_output=True, text=True, timeout=30, env=env)
+    assert p.returncode != 0 and "401" in p.stderr, p.stderr
+    p = subprocess.run(args, capture_output=True, text=True, timeout=30,
+                       env=dict(env, TICKDB_ADMIN_USER="reader", TICKDB_ADMIN_PASSWORD="reader-pw-1"))
+    assert p.returncode != 0 and "403" in p.stderr, p.stderr
+    p = subprocess.run(args, capture_output=True, text=True, timeout=30,
+                       env=dict(env, TICKDB_ADMIN_USER="ops", TICKDB_ADMIN_PASSWORD="ops-pw-1"))
+    assert p.returncode == 0 and "marker journaled" in p.stderr, p.stderr

@@ -11,6 +11,8 @@ pub enum AuthError {
     Invalid { path: PathBuf, message: String },
     #[error("not a SCRAM-SHA-256 verifier ({0}); `tickdb user add` prints one")]
     BadVerifier(String),
+    #[error("ILP key: {0}")]
+    BadKey(String),
     #[error("unknown role `{0}` (roles: read, write, admin)")]
     UnknownRole(String),
 }

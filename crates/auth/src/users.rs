@@ -24,7 +24,7 @@
 
 use crate::role::{allows, Role};
 use crate::verifier::{same, sha256, ScramVerifier};
-use crate::AuthError;
+use crate::{AuthError, IlpKey};
 use hmac::{Hmac, KeyInit, Mac};
 use parking_lot::Mutex;
 use serde::Deserialize;
@@ -61,7 +61,16 @@ struct UserEntry {
     password: Option<String>,
     #[serde(default)]
     tokens: Vec<String>,
+    /// QuestDB's ILP TCP key: the public point only.
+    ilp_key: Option<IlpKeyEntry>,
     pg_md5: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IlpKeyEntry {
+    x: String,
+    y: String,
 }
 
 #[derive(Debug, Clone)]
@@ -69,6 +78,8 @@ pub struct User {
     pub name: String,
     pub roles: Vec<Role>,
     pub password: Option<ScramVerifier>,
+    /// The public key of QuestDB's ILP TCP challenge.
+    pub ilp_key: Option<IlpKey>,
     /// PostgreSQL's MD5 hash, `md5` + hex(md5(password || name)), for
     /// PostgreSQL wire clients too old for SCRAM (`--pg-auth md5`). Only
     /// PostgreSQL wire uses it.
@@ -221,8 +232,8 @@ impl Users {
 
     /// Parses a users file's text; the error says which user is wrong.
     pub fn parse(text: &str) -> Result<Users, String> {
-        let file: UsersFile =
-            toml::from_str(text).map_err(|e| format!("not a users file: {}", e.to_string().trim()))?;
+        let file: UsersFile = toml::from_str(text)
+            .map_err(|e| format!("not a users file: {}", e.to_string().trim()))?;
         if file.user.is_empty() {
             return Err("no [[user]] in it: nobody could log in".to_string());
         }
@@ -249,7 +260,9 @@ impl Users {
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|err| format!("{who}: {err}"))?;
             let password = match &e.password {
-                Some(p) => Some(ScramVerifier::parse(p).map_err(|err| format!("{who}: password: {err}"))?),
+                Some(p) => {
+                    Some(ScramVerifier::parse(p).map_err(|err| format!("{who}: password: {err}"))?)
+                }
                 None => None,
             };
             for t in &e.tokens {
@@ -258,21 +271,28 @@ impl Users {
                 })?;
                 tokens.push((users.len(), h));
             }
+            let ilp_key = match &e.ilp_key {
+                Some(k) => {
+                    Some(IlpKey::from_xy(&k.x, &k.y).map_err(|err| format!("{who}: {err}"))?)
+                }
+                None => None,
+            };
             let pg_md5 = match &e.pg_md5 {
                 Some(m) => Some(valid_pg_md5(m).ok_or_else(|| {
                     format!("{who}: pg_md5 is not md5<32 hex digits> (`tickdb user add --md5` prints one)")
                 })?),
                 None => None,
             };
-            if password.is_none() && e.tokens.is_empty() && pg_md5.is_none() {
+            if password.is_none() && e.tokens.is_empty() && ilp_key.is_none() && pg_md5.is_none() {
                 return Err(format!(
-                    "{who} has no password, token or pg_md5: it could never log in"
+                    "{who} has no password, token, ILP key or pg_md5: it could never log in"
                 ));
             }
             users.push(User {
                 name: e.name,
                 roles,
                 password,
+                ilp_key,
                 pg_md5,
             });
         }
@@ -355,6 +375,7 @@ impl Users {
                 name: name.to_string(),
                 roles: vec![Role::Admin],
                 password: Some(ScramVerifier::new(password)),
+                ilp_key: None,
                 pg_md5: None,
             }],
             Vec::new(),
@@ -404,7 +425,7 @@ mod tests {
             ("".to_string(), "no [[user]]"),
             ("[[user]]\nname = \"a\"\nroles = []\npassword = \"p\"\n".to_string(), "`a` has no role"),
             (format!("[[user]]\nname = \"a\"\nroles = [\"root\"]\npassword = \"{v}\"\n"), "unknown role `root`"),
-            ("[[user]]\nname = \"a\"\nroles = [\"read\"]\n".to_string(), "no password, token or pg_md5"),
+            ("[[user]]\nname = \"a\"\nroles = [\"read\"]\n".to_string(), "no password, token, ILP key or pg_md5"),
             ("[[user]]\nname = \"a\"\nroles = [\"read\"]\npg_md5 = \"md5xyz\"\n".to_string(), "pg_md5 is not md5<32 hex digits>"),
             ("[[user]]\nname = \"a\"\nroles = [\"read\"]\ntokens = [\"abc\"]\n".to_string(), "token `abc`"),
             ("[[user]]\nname = \"a\"\nroles = [\"read\"]\npasword = \"x\"\n".to_string(), "pasword"),

@@ -47,7 +47,8 @@ impl std::fmt::Debug for ScramVerifier {
 
 fn hmac(key: &[u8], parts: &[&[u8]]) -> [u8; KEY_BYTES] {
     // HMAC takes keys of any length; this cannot fail.
-    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key).expect("HMAC accepts any key length");
+    let mut mac =
+        <Hmac<Sha256> as KeyInit>::new_from_slice(key).expect("HMAC accepts any key length");
     for p in parts {
         mac.update(p);
     }
@@ -210,8 +211,13 @@ mod tests {
         let proof = B64
             .decode("dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=")
             .expect("proof");
-        let sig = v.verify_proof(auth.as_bytes(), &proof).expect("the RFC's proof verifies");
-        assert_eq!(B64.encode(sig), "6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=");
+        let sig = v
+            .verify_proof(auth.as_bytes(), &proof)
+            .expect("the RFC's proof verifies");
+        assert_eq!(
+            B64.encode(sig),
+            "6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="
+        );
         let mut wrong = proof.clone();
         wrong[0] ^= 1;
         assert!(v.verify_proof(auth.as_bytes(), &wrong).is_none());

@@ -63,6 +63,7 @@ async fn subscribe_one(
     let sock = TcpStream::connect(addr).await?;
     let _ = sock.set_nodelay(true);
     let mut stream = BufReader::with_capacity(STREAM_BUFFER_BYTES, sock);
+    send_login(stream.get_mut()).await?;
     write_message(stream.get_mut(), request).await?;
     Ok(match read_message(&mut stream).await? {
         Some(Message::SubscribeOk {
@@ -80,6 +81,25 @@ async fn subscribe_one(
         Some(other) => Err(format!("expected SubscribeOk, got {}", other.name())),
         None => Err("closed the connection".into()),
     })
+}
+
+/// This process's user on tp subscription ports (`--tp-user`,
+/// `--tp-password`): one identity per process, set once at start, so every
+/// connection to a tp (subscriptions, reconnects, publishing) logs in the
+/// same way.
+static LOGIN: std::sync::OnceLock<Message> = std::sync::OnceLock::new();
+
+/// Sets the user every later connection to a tp logs in as.
+pub fn set_login(user: String, password: String) {
+    let _ = LOGIN.set(Message::Login { user, password });
+}
+
+/// Sends `Login` first when this process has a user (`set_login`).
+pub async fn send_login<W: tokio::io::AsyncWrite + Unpin>(w: &mut W) -> Result<(), NetError> {
+    if let Some(m) = LOGIN.get() {
+        write_message(w, m).await?;
+    }
+    Ok(())
 }
 
 /// Subscribes from `from_seq` (whose previous record the subscriber holds

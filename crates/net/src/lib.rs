@@ -7,6 +7,7 @@ pub mod acceptor;
 pub mod follow;
 pub mod group;
 pub mod proto;
+pub mod tls;
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::fmt;

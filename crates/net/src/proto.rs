@@ -92,9 +92,24 @@
 //!         u32    epoch          the updates from first_seq on were written
 //!         u64    first_seq      in this epoch (sent before the first update
 //!                               of each epoch the subscriber receives)
+//!
+//! type 9  Login          client -> tp, before Subscribe or Write
+//!         str16  user           a user of the tp's users file (--users)
+//!         str16  password       that user's password
 //! ```
 //!
-//! Type bytes 0 and 9..=255 are unassigned; a decoder rejects them.
+//! Type bytes 0 and 10..=255 are unassigned; a decoder rejects them.
+//!
+//! # Login
+//!
+//! A tp started with a users file takes a `Subscribe` only after a `Login`
+//! of a user with the `read` role, and a `Write` only after one with
+//! `write`; without it, or with a wrong password, it sends `Error` and
+//! closes (failed logins are logged and limited per address, as on every
+//! port). There is no reply to a good `Login`: the next message goes on as
+//! usual. A tp without a users file ignores a `Login`. The password
+//! crosses the network as it is: use this port on loopback or a network
+//! you trust.
 
 use crate::NetError;
 use bytes::Bytes;
@@ -117,6 +132,7 @@ pub const TYPE_HEARTBEAT: u8 = 5;
 pub const TYPE_WRITE: u8 = 6;
 pub const TYPE_WRITE_ACK: u8 = 7;
 pub const TYPE_EPOCH: u8 = 8;
+pub const TYPE_LOGIN: u8 = 9;
 
 /// What an epoch-aware subscriber learns of the tp it reached.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,6 +187,8 @@ pub enum Message {
         seq: u64,
         error: Option<String>,
     },
+    /// Client -> tp: who the client is, before `Subscribe` or `Write`.
+    Login { user: String, password: String },
 }
 
 impl Message {
@@ -184,6 +202,7 @@ impl Message {
             Message::Write { .. } => TYPE_WRITE,
             Message::WriteAck { .. } => TYPE_WRITE_ACK,
             Message::Epoch { .. } => TYPE_EPOCH,
+            Message::Login { .. } => TYPE_LOGIN,
         }
     }
 
@@ -208,6 +227,7 @@ impl Message {
             Message::Heartbeat { .. } => 8,
             Message::Write { payload, .. } => 8 + payload.len(),
             Message::WriteAck { error, .. } => 17 + error.as_ref().map_or(0, |e| e.len()),
+            Message::Login { user, password } => 2 + user.len() + 2 + password.len(),
         }
     }
 
@@ -244,6 +264,13 @@ impl Message {
                 )));
             }
         }
+        if let Message::Login { user, password } = self {
+            if user.len().max(password.len()) > u16::MAX as usize {
+                return Err(NetError::Protocol(
+                    "Login: user or password longer than 65535 bytes".into(),
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -257,6 +284,7 @@ impl Message {
             Message::Write { .. } => "Write",
             Message::WriteAck { .. } => "WriteAck",
             Message::Epoch { .. } => "Epoch",
+            Message::Login { .. } => "Login",
         }
     }
 }
@@ -322,6 +350,10 @@ fn encode_fixed_part(m: &Message, out: &mut Vec<u8>) {
         Message::Error { message } => out.extend_from_slice(message.as_bytes()),
         Message::Heartbeat { current_seq } => out.extend_from_slice(&current_seq.to_le_bytes()),
         Message::Write { request_id, .. } => out.extend_from_slice(&request_id.to_le_bytes()),
+        Message::Login { user, password } => {
+            str16(out, user);
+            str16(out, password);
+        }
         Message::WriteAck {
             request_id,
             seq,
@@ -448,7 +480,7 @@ pub fn decode_frame(buf: &[u8]) -> Result<Option<(Message, usize)>, NetError> {
 fn parse_header(head: &[u8; FRAME_HEADER_BYTES]) -> Result<(usize, u8), NetError> {
     let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
     let ty = head[4];
-    if !(TYPE_SUBSCRIBE..=TYPE_EPOCH).contains(&ty) {
+    if !(TYPE_SUBSCRIBE..=TYPE_LOGIN).contains(&ty) {
         return Err(NetError::Protocol(format!(
             "unknown message type {ty} (is the peer a tickdb tp or subscriber?)"
         )));
@@ -472,6 +504,7 @@ fn type_name(ty: u8) -> &'static str {
         TYPE_WRITE => "Write",
         TYPE_WRITE_ACK => "WriteAck",
         TYPE_EPOCH => "Epoch",
+        TYPE_LOGIN => "Login",
         _ => "unknown",
     }
 }
@@ -527,6 +560,15 @@ pub fn decode_body(ty: u8, body: Bytes) -> Result<Message, NetError> {
             epoch: r.u32()?,
             first_seq: r.u64()?,
         },
+        TYPE_LOGIN => {
+            let n = r.u16()? as usize;
+            let user = r.string(n)?;
+            let n = r.u16()? as usize;
+            Message::Login {
+                user,
+                password: r.string(n)?,
+            }
+        }
         TYPE_UPDATE => {
             let seq = r.u64()?;
             // The payload shares the body's buffer: no copy.
@@ -714,6 +756,10 @@ mod tests {
                 message: String::new(),
             },
             Message::Heartbeat { current_seq: 99 },
+            Message::Login {
+                user: "agg".into(),
+                password: "pässword".into(),
+            },
             Message::Write {
                 request_id: 3,
                 payload: vec![1, 2, 3, 4],
@@ -875,8 +921,8 @@ mod tests {
 
     #[test]
     fn bad_bodies_are_rejected() {
-        let e = decode_frame(&[0, 0, 0, 0, 9]).unwrap_err().to_string();
-        assert!(e.contains("unknown message type 9"), "{e}");
+        let e = decode_frame(&[0, 0, 0, 0, 10]).unwrap_err().to_string();
+        assert!(e.contains("unknown message type 10"), "{e}");
         let e = decode_frame(&[0, 0, 0, 0, 0]).unwrap_err().to_string();
         assert!(e.contains("unknown message type 0"), "{e}");
         // Heartbeat with a byte left over.

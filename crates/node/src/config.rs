@@ -57,6 +57,15 @@ pub struct NetArgs {
     /// Redis does).
     #[arg(long)]
     pub no_protected_mode: bool,
+    /// Certificate chain (PEM) for TLS on the HTTP and PostgreSQL wire
+    /// ports; with --tls-key, those ports speak only TLS (https://,
+    /// sslmode=require) and tell a plaintext client so. See
+    /// docs/security.md.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Private key (PEM: PKCS#8, PKCS#1 or SEC1) of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -400,6 +409,7 @@ impl PgArgs {
     /// The port's options; `security` gives the users file, if any.
     pub fn options(&self, security: &crate::security::Security) -> tickdb_query::pg::PgOptions {
         let mut o = tickdb_query::pg::PgOptions::new(self.auth(security));
+        o.limits.tls = security.tls().cloned();
         o.connections_max = self.pg_connections_max.max(1);
         o.limits.startup_timeout = std::time::Duration::from_secs(self.pg_startup_timeout_s.max(1));
         o.limits.idle_timeout = std::time::Duration::from_secs(self.pg_idle_timeout_s);

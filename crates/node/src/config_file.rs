@@ -63,7 +63,10 @@ pub enum ConfigFileError {
 
 /// The variable that sets the flag `--long`.
 pub fn env_name(long: &str) -> String {
-    format!("{ENV_PREFIX}{}", long.replace('-', "_").to_ascii_uppercase())
+    format!(
+        "{ENV_PREFIX}{}",
+        long.replace('-', "_").to_ascii_uppercase()
+    )
 }
 
 /// `cmd` with every long flag of every command readable from its
@@ -134,7 +137,11 @@ pub fn resolve(cmd: &Command, argv: Vec<OsString>) -> Result<ArgMatches, ConfigF
         .try_get_matches_from(argv2)
         .map_err(|e| ConfigFileError::Value {
             path: file,
-            message: e.to_string().trim_start_matches("error: ").trim().to_string(),
+            message: e
+                .to_string()
+                .trim_start_matches("error: ")
+                .trim()
+                .to_string(),
         })
 }
 
@@ -175,7 +182,9 @@ fn load(path: &Path) -> Result<toml::Table, ConfigFileError> {
     if len > CONFIG_FILE_BYTES_MAX {
         return Err(ConfigFileError::Invalid {
             path: path.to_path_buf(),
-            message: format!("{len} bytes, more than the {CONFIG_FILE_BYTES_MAX} a config file may have"),
+            message: format!(
+                "{len} bytes, more than the {CONFIG_FILE_BYTES_MAX} a config file may have"
+            ),
         });
     }
     let text = std::fs::read_to_string(path).map_err(read_err)?;
@@ -415,7 +424,10 @@ pub fn render(root: &Command, path: &[String], m: &ArgMatches, typed: &BTreeSet<
         } else if matches!(arg.get_action(), ArgAction::Append) {
             format!(
                 "[{}]",
-                raw.iter().map(|v| toml_value(v)).collect::<Vec<_>>().join(", ")
+                raw.iter()
+                    .map(|v| toml_value(v))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )
         } else {
             toml_value(&raw[raw.len() - 1])
@@ -463,8 +475,16 @@ mod tests {
                 )
                 .subcommand(
                     Command::new("rdb")
-                        .arg(Arg::new("http_port").long("http-port").default_value("8700"))
-                        .arg(Arg::new("pg_password").long("pg-password").default_value("tickdb"))
+                        .arg(
+                            Arg::new("http_port")
+                                .long("http-port")
+                                .default_value("8700"),
+                        )
+                        .arg(
+                            Arg::new("pg_password")
+                                .long("pg-password")
+                                .default_value("tickdb"),
+                        )
                         .arg(Arg::new("quiet").long("quiet").action(ArgAction::SetTrue))
                         .arg(Arg::new("fsmem").long("fsmem").action(ArgAction::Append)),
                 )
@@ -488,21 +508,33 @@ mod tests {
         let p = f.path().to_str().expect("utf-8 path");
         let m = resolve(&cli(), argv(&["tickdb", "--config", p, "rdb"])).expect("resolves");
         let (_, rdb) = leaf(&m);
-        assert_eq!(rdb.get_one::<String>("http_port").map(String::as_str), Some("2"));
+        assert_eq!(
+            rdb.get_one::<String>("http_port").map(String::as_str),
+            Some("2")
+        );
         assert!(rdb.get_flag("quiet"));
         let fs: Vec<&String> = rdb.get_many::<String>("fsmem").expect("fsmem").collect();
         assert_eq!(fs, ["trade", "quote"]);
-        let m = resolve(&cli(), argv(&["tickdb", "rdb", "--config", p, "--http-port", "3"]))
-            .expect("resolves");
+        let m = resolve(
+            &cli(),
+            argv(&["tickdb", "rdb", "--config", p, "--http-port", "3"]),
+        )
+        .expect("resolves");
         let (_, rdb) = leaf(&m);
-        assert_eq!(rdb.get_one::<String>("http_port").map(String::as_str), Some("3"));
+        assert_eq!(
+            rdb.get_one::<String>("http_port").map(String::as_str),
+            Some("3")
+        );
     }
 
     #[test]
     fn typos_and_wrong_shapes_name_the_file_and_the_key() {
         for (text, want) in [
             ("htp_port = 1\n", "`htp_port` is not a flag of no command"),
-            ("[rdb]\nilp_port = 1\n", "`rdb.ilp_port` is not a flag of `tickdb rdb`"),
+            (
+                "[rdb]\nilp_port = 1\n",
+                "`rdb.ilp_port` is not a flag of `tickdb rdb`",
+            ),
             ("[rbd]\nx = 1\n", "`rbd` is a table"),
             ("[rdb]\nquiet = 1\n", "`quiet` is a switch"),
             ("[rdb]\nhttp_port = [1, 2]\n", "takes one value"),
@@ -527,7 +559,10 @@ mod tests {
         let (path, rdb) = leaf(&m);
         let text = render(&cli(), &path, rdb, &typed);
         assert!(!text.contains("hunter2"), "{text}");
-        assert!(text.contains("pg_password = \"********\"  # config file"), "{text}");
+        assert!(
+            text.contains("pg_password = \"********\"  # config file"),
+            "{text}"
+        );
         assert!(text.contains("quiet = true  # flag"), "{text}");
         assert!(text.contains("http_port = 8700  # default"), "{text}");
         assert!(text.contains("# fsmem = (unset)"), "{text}");

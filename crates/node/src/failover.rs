@@ -406,6 +406,28 @@ pub async fn admin_get(http: &str, path_and_query: &str) -> Result<(u16, String)
     admin_call("GET", http, path_and_query).await
 }
 
+/// The variables naming the admin user that `tickdb promote`,
+/// `switchover` and `eod`, and a node handing over its primary role, log in
+/// as on nodes with a users file.
+pub const ADMIN_USER_ENV: &str = "TICKDB_ADMIN_USER";
+pub const ADMIN_PASSWORD_ENV: &str = "TICKDB_ADMIN_PASSWORD";
+
+/// An `Authorization` header line for the admin user, when both variables
+/// are set; empty otherwise.
+fn admin_authorization() -> String {
+    use base64::Engine;
+    match (
+        std::env::var(ADMIN_USER_ENV),
+        std::env::var(ADMIN_PASSWORD_ENV),
+    ) {
+        (Ok(u), Ok(p)) => format!(
+            "Authorization: Basic {}\r\n",
+            base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))
+        ),
+        _ => String::new(),
+    }
+}
+
 async fn admin_call(
     method: &str,
     http: &str,
@@ -417,7 +439,8 @@ async fn admin_call(
             .await
             .map_err(|e| format!("connecting to {http}: {e}"))?;
         let req = format!(
-            "{method} {path_and_query} HTTP/1.1\r\nHost: {http}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            "{method} {path_and_query} HTTP/1.1\r\nHost: {http}\r\n{}Content-Length: 0\r\nConnection: close\r\n\r\n",
+            admin_authorization()
         );
         s.write_all(req.as_bytes())
             .await

@@ -90,7 +90,9 @@ fn credential(headers: &HeaderMap) -> Option<Result<Credential, &'static str>> {
             return Some(Err("basic credentials are not UTF-8"));
         };
         let Some((user, password)) = text.split_once(':') else {
-            return Some(Err("basic credentials have no `:` between user and password"));
+            return Some(Err(
+                "basic credentials have no `:` between user and password",
+            ));
         };
         return Some(Ok(Credential::Basic {
             user: user.to_string(),

@@ -51,7 +51,15 @@ impl Default for HttpLimits {
 /// allows: an idle keep-alive connection is closed at once, one with a
 /// request under way answers it (with `connection: close`) and then
 /// closes.
-pub async fn serve(mut acceptor: Acceptor, router: Router, limits: HttpLimits) {
+///
+/// With `tls`, every connection must start a TLS handshake; a plaintext
+/// one is answered 400 in plain HTTP, saying to use https, and closed.
+pub async fn serve(
+    mut acceptor: Acceptor,
+    router: Router,
+    limits: HttpLimits,
+    tls: Option<tickdb_net::tls::TlsAcceptor>,
+) {
     let open = Arc::new(Semaphore::new(limits.connections_max.max(1)));
     let (drain, conns) = (acceptor.drain(), acceptor.conns());
     while let Some(accepted) = acceptor.accept().await {
@@ -85,32 +93,94 @@ pub async fn serve(mut acceptor: Acceptor, router: Router, limits: HttpLimits) {
         ));
         let header_timeout = limits.header_timeout;
         let (drain, counted) = (drain.clone(), conns.enter());
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(header_timeout)
-                .max_buf_size(HTTP_HEAD_BYTES_MAX);
-            let conn = builder.serve_connection(TokioIo::new(sock), service);
-            tokio::pin!(conn);
-            let done = tokio::select! {
-                r = conn.as_mut() => Some(r),
-                _ = drain.cancelled() => None,
-            };
-            let result = match done {
-                Some(r) => r,
-                None => {
-                    conn.as_mut().graceful_shutdown();
-                    conn.await
+            match tls {
+                None => connection(sock, service, header_timeout, drain, peer).await,
+                Some(tls) => {
+                    // The handshake has the head's time to finish.
+                    let accepted = tokio::time::timeout(header_timeout, async {
+                        match tickdb_net::tls::starts_tls(&sock).await {
+                            Ok(Some(true)) => tls.accept(sock).await.map_err(|e| e.to_string()),
+                            Ok(Some(false)) => {
+                                plaintext_refusal(sock).await;
+                                Err("a plaintext request on the TLS port; told to use https".into())
+                            }
+                            Ok(None) => Err("closed before sending anything".into()),
+                            Err(e) => Err(e.to_string()),
+                        }
+                    })
+                    .await;
+                    match accepted {
+                        Ok(Ok(stream)) => {
+                            connection(stream, service, header_timeout, drain, peer).await
+                        }
+                        Ok(Err(e)) => tracing::debug!("HTTP connection {peer}: TLS: {e}"),
+                        Err(_) => {
+                            tracing::debug!("HTTP connection {peer}: TLS handshake timed out")
+                        }
+                    }
                 }
-            };
-            if let Err(e) = result {
-                tracing::debug!("HTTP connection {peer}: {e}");
             }
             drop(permit);
             drop(counted);
         });
     }
+}
+
+/// Serves HTTP/1.1 on one connection (plain or TLS) until it ends or the
+/// node drains.
+async fn connection<I, S>(
+    io: I,
+    service: S,
+    header_timeout: Duration,
+    drain: tokio_util::sync::CancellationToken,
+    peer: std::net::SocketAddr,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: hyper::service::Service<
+            axum::http::Request<hyper::body::Incoming>,
+            Response = axum::response::Response,
+        > + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        .max_buf_size(HTTP_HEAD_BYTES_MAX);
+    let conn = builder.serve_connection(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    let done = tokio::select! {
+        r = conn.as_mut() => Some(r),
+        _ = drain.cancelled() => None,
+    };
+    let result = match done {
+        Some(r) => r,
+        None => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!("HTTP connection {peer}: {e}");
+    }
+}
+
+/// What a plaintext HTTP client on the TLS port reads.
+async fn plaintext_refusal(mut sock: TcpStream) {
+    let body = serde_json::json!({
+        "code": "tls_required",
+        "message": "this port speaks HTTPS only (--tls-cert): use https://",
+    })
+    .to_string();
+    let response = format!(
+        "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tokio::time::timeout(REFUSAL_WRITE_TIMEOUT, sock.write_all(response.as_bytes())).await;
 }
 
 /// A minimal 503 to a client over the connection bound, then close.

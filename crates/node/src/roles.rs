@@ -139,6 +139,8 @@ pub struct RdbArgs {
     pub ipc: IpcArgs,
     #[command(flatten)]
     pub group: GroupArgs,
+    #[command(flatten)]
+    pub login: tickdb_stack::tp_login::TpLoginArgs,
     /// Subscribe to these tables only (repeatable; default all).
     #[arg(long = "table")]
     pub tables: Vec<String>,
@@ -453,6 +455,7 @@ fn start_http(acceptor: Acceptor, node: &Arc<Node>, http: &HttpArgs) {
         acceptor,
         http::router(state),
         limits,
+        node.security().tls().cloned(),
     ));
 }
 
@@ -583,16 +586,8 @@ async fn blocking<T: Send + 'static>(
 /// a users file (`users`), PostgreSQL wire and kdb+ IPC log its users in,
 /// so the default --pg-password opens nothing; --pg-no-auth and
 /// --ipc-no-auth still do.
-fn open_doors(
-    tp: bool,
-    users: bool,
-    pg: Option<&PgArgs>,
-    ipc: &IpcArgs,
-) -> crate::security::OpenDoors {
+fn open_doors(users: bool, pg: Option<&PgArgs>, ipc: &IpcArgs) -> crate::security::OpenDoors {
     let mut d = crate::security::OpenDoors::default();
-    if tp {
-        d.add(true, "ILP TCP and the subscription port (no authentication yet)");
-    }
     if let Some(pg) = pg {
         d.add(pg.pg_no_auth, "PostgreSQL wire (--pg-no-auth)");
         d.add(
@@ -620,7 +615,7 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
     }
     let security = crate::security::start(
         &a.net,
-        open_doors(true, a.net.users.is_some(), Some(&a.pg), &a.ipc),
+        open_doors(a.net.users.is_some(), Some(&a.pg), &a.ipc),
     )?;
     let node = Node::new(Role::Up);
     node.set_security(security);
@@ -678,8 +673,17 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
     // The tp is open: writes are journaled (and acknowledged) while the
     // rdb below is still loading, as before.
     node.set_tp(tp.clone());
-    tokio::spawn(tickdb_tp::ilp_tcp::serve(ilp_l, tp.clone()));
-    tokio::spawn(tickdb_tp::sub_server::serve(sub_l, tp.clone()));
+    tokio::spawn(tickdb_tp::ilp_tcp::serve(
+        ilp_l,
+        tp.clone(),
+        node.security().login_gate(),
+        node.security().tls().cloned(),
+    ));
+    tokio::spawn(tickdb_tp::sub_server::serve(
+        sub_l,
+        tp.clone(),
+        node.security().login_gate(),
+    ));
     // Writes and subscriptions are served from here on; queries answer
     // once the tables below are loaded (the engine checks readiness).
     start_ipc(ql.ipc, &node, &a.ipc, Some(&a.pg));
@@ -793,10 +797,7 @@ pub async fn tp(a: TpOnlyArgs) -> Result<(), String> {
     standby_flags_fit(&a.tp, &a.schema)?;
     let (schema, toml) = load_schema(&a.schema)?;
     let clock = a.eod.clock()?;
-    let security = crate::security::start(
-        &a.net,
-        open_doors(true, a.net.users.is_some(), None, &a.ipc),
-    )?;
+    let security = crate::security::start(&a.net, open_doors(a.net.users.is_some(), None, &a.ipc))?;
     let http_l = bind(a.net.bind, &a.http_port, "HTTP").await?;
     let ilp_l = bind(a.net.bind, &a.tp.ilp_port, "ILP TCP").await?;
     let sub_l = bind(a.net.bind, &a.tp.tp_port, "tp subscriptions").await?;
@@ -829,8 +830,17 @@ pub async fn tp(a: TpOnlyArgs) -> Result<(), String> {
     }
     node.set_replication(repl);
     node.life.ready();
-    tokio::spawn(tickdb_tp::ilp_tcp::serve(ilp_l, tp.clone()));
-    tokio::spawn(tickdb_tp::sub_server::serve(sub_l, tp.clone()));
+    tokio::spawn(tickdb_tp::ilp_tcp::serve(
+        ilp_l,
+        tp.clone(),
+        node.security().login_gate(),
+        node.security().tls().cloned(),
+    ));
+    tokio::spawn(tickdb_tp::sub_server::serve(
+        sub_l,
+        tp.clone(),
+        node.security().login_gate(),
+    ));
     start_ipc(ipc_l, &node, &a.ipc, None);
     crate::eod_clock::spawn_schedule(tp.clone(), clock);
     tracing::info!(
@@ -858,8 +868,10 @@ pub async fn rdb(a: RdbArgs) -> Result<(), String> {
     let clock = a.eod.clock()?;
     let security = crate::security::start(
         &a.net,
-        open_doors(false, a.net.users.is_some(), Some(&a.pg), &a.ipc),
+        open_doors(a.net.users.is_some(), Some(&a.pg), &a.ipc),
     )?;
+    // Every connection to the tp logs in as --tp-user, when given.
+    a.login.apply();
     let node = Node::new(Role::Rdb);
     node.set_security(security);
     node.life.starting("reloading the Hot Restart store");
@@ -998,7 +1010,7 @@ pub async fn hdb(a: HdbServeArgs) -> Result<(), String> {
     let dir = std::fs::canonicalize(&a.dir).map_err(|e| format!("{}: {e}", a.dir.display()))?;
     let security = crate::security::start(
         &a.net,
-        open_doors(false, a.net.users.is_some(), Some(&a.pg), &a.ipc),
+        open_doors(a.net.users.is_some(), Some(&a.pg), &a.ipc),
     )?;
     let node = Node::new(Role::Rdb);
     node.set_security(security);

@@ -20,6 +20,8 @@ use tickdb_auth::{LoginLimiter, Users};
 pub struct Security {
     users: Option<Arc<Users>>,
     limiter: Arc<LoginLimiter>,
+    /// TLS for HTTP and PostgreSQL wire (`--tls-cert`, `--tls-key`).
+    tls: Option<tickdb_net::tls::TlsAcceptor>,
 }
 
 impl Security {
@@ -28,6 +30,7 @@ impl Security {
         Security {
             users: None,
             limiter: Arc::new(LoginLimiter::new()),
+            tls: None,
         }
     }
 
@@ -35,7 +38,12 @@ impl Security {
         Security {
             users: Some(Arc::new(users)),
             limiter: Arc::new(LoginLimiter::new()),
+            tls: None,
         }
+    }
+
+    pub fn tls(&self) -> Option<&tickdb_net::tls::TlsAcceptor> {
+        self.tls.as_ref()
     }
 
     pub fn users(&self) -> Option<&Arc<Users>> {
@@ -44,6 +52,17 @@ impl Security {
 
     pub fn limiter(&self) -> &Arc<LoginLimiter> {
         &self.limiter
+    }
+
+    /// The gate of ILP TCP and the subscription port: None without a users
+    /// file (they are open).
+    pub fn login_gate(&self) -> Option<Arc<tickdb_tp::ilp_auth::LoginGate>> {
+        self.users.as_ref().map(|u| {
+            Arc::new(tickdb_tp::ilp_auth::LoginGate {
+                users: u.clone(),
+                limiter: self.limiter.clone(),
+            })
+        })
     }
 }
 
@@ -65,7 +84,9 @@ impl OpenDoors {
 pub fn is_loopback(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => v4.is_loopback(),
-        IpAddr::V6(v6) => v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),
+        IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
     }
 }
 
@@ -77,7 +98,8 @@ pub fn start(net: &NetArgs, mut open: OpenDoors) -> Result<Arc<Security>, String
         None => None,
     };
     if users.is_none() {
-        open.doors.insert(0, "HTTP (no --users file)".to_string());
+        open.doors
+            .insert(0, "HTTP and ILP TCP (no --users file)".to_string());
     }
     let defaults = users
         .as_ref()
@@ -105,17 +127,30 @@ pub fn start(net: &NetArgs, mut open: OpenDoors) -> Result<Arc<Security>, String
             open.doors.join("; ")
         );
     }
-    Ok(Arc::new(match users {
+    let tls = match (&net.tls_cert, &net.tls_key) {
+        (Some(cert), Some(key)) => Some(tickdb_net::tls::acceptor(cert, key)?),
+        _ => None,
+    };
+    let mut security = match users {
         Some(u) => {
             tracing::info!(
                 "users: {} from {}",
                 u.len(),
-                net.users.as_deref().map(Path::display).map(|d| d.to_string()).unwrap_or_default()
+                net.users
+                    .as_deref()
+                    .map(Path::display)
+                    .map(|d| d.to_string())
+                    .unwrap_or_default()
             );
             Security::with_users(u)
         }
         None => Security::open(),
-    }))
+    };
+    if tls.is_some() {
+        tracing::info!("TLS on HTTP and PostgreSQL wire (--tls-cert)");
+    }
+    security.tls = tls;
+    Ok(Arc::new(security))
 }
 
 fn load(path: &Path) -> Result<Users, String> {

@@ -47,6 +47,8 @@ pub struct AggArgs {
         value_name = "HOST:PORT[,HOST:PORT...]"
     )]
     pub tp: String,
+    #[command(flatten)]
+    pub login: crate::tp_login::TpLoginArgs,
     /// Changed bars are published back to the tp at most this often, all in
     /// one write.
     #[arg(long, default_value_t = 100)]
@@ -531,6 +533,7 @@ async fn shutdown_signal() {
 
 /// Runs the agg until Ctrl-C or SIGTERM, reconnecting after broken links.
 pub async fn run(a: AggArgs) -> Result<()> {
+    a.login.apply();
     if a.publish_ms == 0 {
         return Err(StackError::BadInput(
             "--publish-ms must be at least 1".into(),
@@ -574,6 +577,10 @@ async fn connect(addr: &str) -> Result<TcpStream> {
         .await
         .map_err(StackError::io(format!("connecting to the tp at {addr}")))?;
     let _ = s.set_nodelay(true);
+    let mut s = s;
+    tickdb_net::follow::send_login(&mut s)
+        .await
+        .map_err(|e| StackError::Protocol(format!("tp publish link: {e}")))?;
     Ok(s)
 }
 

@@ -31,5 +31,6 @@ pub mod monitor;
 pub mod plot;
 pub mod procfs;
 pub mod signal;
+pub mod tp_login;
 
 pub use error::{Result, StackError};

@@ -35,8 +35,15 @@ enum UserCmd {
         /// questdb client's `token=`).
         #[arg(long)]
         token: bool,
-        /// Only a token: read no password.
-        #[arg(long, requires = "token")]
+        /// Also generate a key for ILP over TCP (QuestDB's ECDSA P-256
+        /// challenge): the file keeps the public point; the private
+        /// `token` (d) is shown once on stderr in the questdb client's
+        /// conf string.
+        #[arg(long)]
+        ilp_key: bool,
+        /// No password: only a token or an ILP key (reads nothing from
+        /// stdin).
+        #[arg(long)]
         no_password: bool,
         /// Also write the password as PostgreSQL's MD5 hash (`pg_md5`,
         /// md5(password || name)), for PostgreSQL clients too old for
@@ -54,9 +61,10 @@ pub fn run(a: UserArgs) -> ExitCode {
             name,
             roles,
             token,
+            ilp_key,
             no_password,
             md5,
-        } => match add(&name, &roles, token, no_password, md5) {
+        } => match add(&name, &roles, (token, ilp_key), no_password, md5) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("tickdb user add: {e}");
@@ -66,7 +74,17 @@ pub fn run(a: UserArgs) -> ExitCode {
     }
 }
 
-fn add(name: &str, roles: &[String], token: bool, no_password: bool, md5: bool) -> Result<(), String> {
+/// `(token, ilp_key)`: which generated credentials to add.
+fn add(
+    name: &str,
+    roles: &[String],
+    (token, ilp_key): (bool, bool),
+    no_password: bool,
+    md5: bool,
+) -> Result<(), String> {
+    if no_password && !token && !ilp_key {
+        return Err("--no-password needs --token or --ilp-key: the user could never log in".into());
+    }
     if name.is_empty() || name.contains(char::is_control) || name.contains(':') {
         return Err("a name must be non-empty, with no control character and no `:`".into());
     }
@@ -85,10 +103,12 @@ fn add(name: &str, roles: &[String], token: bool, no_password: bool, md5: bool) 
             .map_err(|e| format!("cannot read the password from stdin: {e}"))?;
         let pw = line.trim_end_matches(['\n', '\r']);
         if line.len() > PASSWORD_BYTES_MAX {
-            return Err(format!("the password is longer than {PASSWORD_BYTES_MAX} bytes"));
+            return Err(format!(
+                "the password is longer than {PASSWORD_BYTES_MAX} bytes"
+            ));
         }
         if pw.is_empty() {
-            return Err("no password on stdin (pipe one in, or give --token --no-password)".into());
+            return Err("no password on stdin (pipe one in, or give --no-password with --token or --ilp-key)".into());
         }
         if pw == tickdb_auth::DEFAULT_PASSWORD || pw == name {
             return Err("that password is the default or the user's name: protected mode refuses it off loopback".into());
@@ -110,6 +130,20 @@ fn add(name: &str, roles: &[String], token: bool, no_password: bool, md5: bool) 
         let t = new_token();
         eprintln!("bearer token for {name} (shown once; the file keeps only its SHA-256):\n{t}");
         out.push_str(&format!("tokens = [{}]\n", toml_str(&token_hash(&t))));
+    }
+    if ilp_key {
+        let (d, key) = tickdb_auth::ilp_key::generate().map_err(|e| e.to_string())?;
+        eprintln!(
+            "ILP TCP key for {name} (d shown once; the file keeps only the public point):\n\
+             tcp::addr=HOST:PORT;username={name};token={d};token_x={x};token_y={y};",
+            x = key.x(),
+            y = key.y()
+        );
+        out.push_str(&format!(
+            "ilp_key = {{ x = {}, y = {} }}\n",
+            toml_str(&key.x()),
+            toml_str(&key.y())
+        ));
     }
     print!("{out}");
     Ok(())

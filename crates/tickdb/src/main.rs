@@ -24,7 +24,10 @@ use tickdb_node::roles;
         Start with `tickdb up --demo-feed 48000`: tp + rdb in one process with a simulated feed.\n\n\
         Settings: every flag can also be set in the config file (--config) and by its \
         TICKDB_* environment variable (--ilp-port is TICKDB_ILP_PORT); a flag wins over the \
-        environment, which wins over the file. `tickdb config print ROLE` shows the result."
+        environment, which wins over the file. `tickdb config print ROLE` shows the result.\n\n\
+        Security: with --users FILE a node asks every port for a user (docs/security.md); \
+        `tickdb promote`, `switchover` and `eod` then log in as TICKDB_ADMIN_USER with \
+        TICKDB_ADMIN_PASSWORD, and so does a primary handing its role to a standby."
 )]
 struct Cli {
     /// Settings file (TOML): `key = value` per flag, named as the flag

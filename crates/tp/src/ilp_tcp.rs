@@ -12,12 +12,15 @@
 //! and is given back once the connection goes quiet.
 
 use crate::error::TpError;
+use crate::ilp_auth::LoginGate;
 use crate::ingest::line_error;
 use crate::tickerplant::Tickerplant;
 use std::io::ErrorKind;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tickdb_ilp::{IlpBatcher, IlpOptions, Precision};
+use tickdb_net::tls::{TlsAcceptor, TlsStream};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 /// Most bytes read from a connection at a time: the read buffer grows to
@@ -39,7 +42,17 @@ pub const ILP_PARTIAL_LINE_TIMEOUT_S: u64 = 30;
 /// back (keeping only an unfinished line's bytes), in milliseconds.
 pub const BUFFER_RELEASE_IDLE_MS: u64 = 200;
 
-pub async fn serve(listener: TcpListener, tp: Arc<Tickerplant>) {
+/// Serves ILP over TCP; with a `gate`, each connection authenticates first
+/// (`ilp_auth`).
+/// With `tls` (`--tls-cert`), every connection must be TLS (the questdb
+/// client's `tcps::`); a plaintext one is sent one line saying so and
+/// closed.
+pub async fn serve(
+    listener: TcpListener,
+    tp: Arc<Tickerplant>,
+    gate: Option<Arc<LoginGate>>,
+    tls: Option<TlsAcceptor>,
+) {
     loop {
         let (sock, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -56,10 +69,39 @@ pub async fn serve(listener: TcpListener, tp: Arc<Tickerplant>) {
             continue;
         };
         let tp = tp.clone();
+        let gate = gate.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
             let _ = sock.set_nodelay(true);
+            let mut conn = match tls {
+                None => Conn::Plain(sock),
+                Some(tls) => match accept_tls(sock, &tls).await {
+                    Ok(s) => Conn::Tls(Box::new(s)),
+                    Err(e) => {
+                        tracing::warn!("ILP TCP {peer}: {e}; closing");
+                        drop(permit);
+                        return;
+                    }
+                },
+            };
+            let first = match &gate {
+                Some(g) => {
+                    let authed = match &mut conn {
+                        Conn::Plain(s) => crate::ilp_auth::authenticate(s, peer, g).await,
+                        Conn::Tls(s) => crate::ilp_auth::authenticate(s.as_mut(), peer, g).await,
+                    };
+                    match authed {
+                        Some(rest) => rest,
+                        None => {
+                            drop(permit);
+                            return;
+                        }
+                    }
+                }
+                None => Vec::new(),
+            };
             let peer = peer.to_string();
-            match connection(sock, &tp).await {
+            match connection(conn, &tp, first).await {
                 Ok(Closed::ByPeer) => tracing::debug!("ILP TCP {peer} closed"),
                 Ok(Closed::Idle(s)) => {
                     tracing::info!("ILP TCP {peer}: idle for {s} s (--ilp-idle-timeout-s); closing")
@@ -73,6 +115,37 @@ pub async fn serve(listener: TcpListener, tp: Arc<Tickerplant>) {
             drop(permit);
         });
     }
+}
+
+/// A connection: plain TCP, or TLS (`--tls-cert`).
+enum Conn {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+/// Time a TLS client has for its handshake, in seconds.
+pub const ILP_TLS_HANDSHAKE_TIMEOUT_S: u64 = 10;
+
+/// The TLS session of a new connection; a plaintext client is sent one
+/// line saying the port speaks TLS.
+async fn accept_tls(sock: TcpStream, tls: &TlsAcceptor) -> Result<TlsStream<TcpStream>, String> {
+    let handshake = async {
+        match tickdb_net::tls::starts_tls(&sock).await {
+            Ok(Some(true)) => tls.accept(sock).await.map_err(|e| format!("TLS: {e}")),
+            Ok(Some(false)) => {
+                let mut sock = sock;
+                let _ = sock
+                    .write_all(b"tickdb: this ILP port speaks TLS only (--tls-cert): connect with tcps::\n")
+                    .await;
+                Err("a plaintext client on the TLS port; told to use tcps".to_string())
+            }
+            Ok(None) => Err("closed before sending anything".to_string()),
+            Err(e) => Err(e.to_string()),
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(ILP_TLS_HANDSHAKE_TIMEOUT_S), handshake)
+        .await
+        .unwrap_or_else(|_| Err("no TLS handshake within 10 s".to_string()))
 }
 
 /// How a connection ended without a bad line.
@@ -150,6 +223,97 @@ struct Timeouts {
 /// first: no bytes since `last_bytes` for the idle timeout, or an
 /// unfinished line since `partial_since` for the partial-line timeout.
 async fn read_more(
+    conn: &mut Conn,
+    rb: &mut ReadBuf,
+    t: &Timeouts,
+    last_bytes: Instant,
+    partial_since: Option<Instant>,
+    line: u64,
+) -> Result<Got, TpError> {
+    match conn {
+        Conn::Plain(sock) => read_more_plain(sock, rb, t, last_bytes, partial_since, line).await,
+        Conn::Tls(s) => read_more_tls(s, rb, t, last_bytes, partial_since, line).await,
+    }
+}
+
+/// Which timeout expired at `now`, if one did.
+fn late(
+    now: Instant,
+    idle: Option<Instant>,
+    partial: Option<Instant>,
+    t: &Timeouts,
+    bytes: usize,
+    line: u64,
+) -> Option<Closed> {
+    if partial.is_some_and(|d| now >= d) {
+        return Some(Closed::PartialLine {
+            bytes,
+            s: t.partial_line_s,
+            line,
+        });
+    }
+    if idle.is_some_and(|d| now >= d) {
+        return Some(Closed::Idle(t.idle_s));
+    }
+    None
+}
+
+/// `read_more` over TLS: the session may hold decrypted bytes already, so
+/// it reads (with the same deadlines) instead of waiting for readiness.
+async fn read_more_tls(
+    s: &mut TlsStream<TcpStream>,
+    rb: &mut ReadBuf,
+    t: &Timeouts,
+    last_bytes: Instant,
+    partial_since: Option<Instant>,
+    line: u64,
+) -> Result<Got, TpError> {
+    let io = |e: std::io::Error| TpError::Io(e.to_string());
+    let idle = (t.idle_s > 0).then(|| last_bytes + Duration::from_secs(t.idle_s));
+    let partial = partial_since
+        .filter(|_| t.partial_line_s > 0)
+        .map(|at| at + Duration::from_secs(t.partial_line_s));
+    let deadline = earliest(idle, partial);
+    let mut holding = true;
+    loop {
+        rb.buf.reserve(if holding {
+            rb.chunk
+        } else {
+            TCP_READ_BYTES_MIN
+        });
+        let spare = rb.buf.capacity() - rb.buf.len();
+        let release_at =
+            holding.then(|| Instant::now() + Duration::from_millis(BUFFER_RELEASE_IDLE_MS));
+        // read_buf is cancel safe: a timeout loses no bytes.
+        let got = match earliest(release_at, deadline) {
+            Some(at) => tokio::time::timeout_at(at.into(), s.read_buf(&mut rb.buf))
+                .await
+                .ok(),
+            None => Some(s.read_buf(&mut rb.buf).await),
+        };
+        match got {
+            Some(Ok(0)) => return Ok(Got::Eof),
+            Some(Ok(n)) => {
+                if n == spare && rb.chunk < TCP_READ_BYTES {
+                    rb.chunk *= 2;
+                }
+                return Ok(Got::Bytes);
+            }
+            Some(Err(e)) => return Err(io(e)),
+            None => {
+                if let Some(closed) = late(Instant::now(), idle, partial, t, rb.buf.len(), line) {
+                    return Ok(Got::Late(closed));
+                }
+                if holding {
+                    rb.release();
+                    holding = false;
+                }
+            }
+        }
+    }
+}
+
+async fn read_more_plain(
     sock: &TcpStream,
     rb: &mut ReadBuf,
     t: &Timeouts,
@@ -188,16 +352,8 @@ async fn read_more(
                 holding = true;
             }
             None => {
-                let now = Instant::now();
-                if partial.is_some_and(|d| now >= d) {
-                    return Ok(Got::Late(Closed::PartialLine {
-                        bytes: rb.buf.len(),
-                        s: t.partial_line_s,
-                        line,
-                    }));
-                }
-                if idle.is_some_and(|d| now >= d) {
-                    return Ok(Got::Late(Closed::Idle(t.idle_s)));
+                if let Some(closed) = late(Instant::now(), idle, partial, t, rb.buf.len(), line) {
+                    return Ok(Got::Late(closed));
                 }
                 if holding {
                     rb.release();
@@ -216,7 +372,7 @@ fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     }
 }
 
-async fn connection(sock: TcpStream, tp: &Tickerplant) -> Result<Closed, TpError> {
+async fn connection(mut conn: Conn, tp: &Tickerplant, first: Vec<u8>) -> Result<Closed, TpError> {
     let cfg = tp.config();
     let line_bytes_max = cfg.line_bytes_max;
     let opts = || IlpOptions {
@@ -230,6 +386,8 @@ async fn connection(sock: TcpStream, tp: &Tickerplant) -> Result<Closed, TpError
     };
     let schema = tp.schema().clone();
     let mut rb = ReadBuf::new();
+    // Lines that came with the authentication exchange.
+    rb.buf = first;
     let mut line_no: u64 = 1;
     let mut last_bytes = Instant::now();
     // When the bytes of the unfinished line at the front of the buffer
@@ -237,7 +395,7 @@ async fn connection(sock: TcpStream, tp: &Tickerplant) -> Result<Closed, TpError
     let mut partial_since: Option<Instant> = None;
     loop {
         let got = read_more(
-            &sock,
+            &mut conn,
             &mut rb,
             &timeouts,
             last_bytes,

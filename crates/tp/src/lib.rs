@@ -12,6 +12,7 @@
 //! - `catchup`: a network subscriber's journal read-ahead, within that bound
 //! - `ingest`: ILP text → validated update
 //! - `ilp_tcp`: the ILP TCP listener (idle and partial-line timeouts)
+//! - `ilp_auth`: QuestDB's key challenge on ILP TCP, with a users file
 //! - `sub_server`: the subscription port remote rdbs (and the agg) use
 //! - `conn_limit`: the bound on connections per port
 //! - `sync_gate`: semi-sync replication: acknowledge once `k` standbys hold
@@ -23,6 +24,7 @@ pub mod catchup;
 pub mod conn_limit;
 pub mod error;
 pub mod hub;
+pub mod ilp_auth;
 pub mod ilp_tcp;
 pub mod ingest;
 mod journal_thread;

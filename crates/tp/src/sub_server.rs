@@ -20,11 +20,14 @@
 
 use crate::catchup;
 use crate::hub::SubFilter;
+use crate::ilp_auth::LoginGate;
 use crate::sub_queue::SubQueue;
 use crate::tickerplant::Tickerplant;
 use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
+use tickdb_auth::{Role, User};
 use tickdb_net::proto::{encode_message, read_message_max, write_message, Message};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -49,7 +52,9 @@ const WRITE_FIXED_BYTES: usize = 8;
 
 type Writer = BufWriter<OwnedWriteHalf>;
 
-pub async fn serve(listener: TcpListener, tp: Arc<Tickerplant>) {
+/// Serves the subscription port; with a `gate` (a users file), a
+/// connection logs in (`Login`) before it subscribes or publishes.
+pub async fn serve(listener: TcpListener, tp: Arc<Tickerplant>, gate: Option<Arc<LoginGate>>) {
     loop {
         let (sock, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -75,42 +80,146 @@ pub async fn serve(listener: TcpListener, tp: Arc<Tickerplant>) {
             continue;
         };
         let tp = tp.clone();
+        let gate = gate.clone();
         tokio::spawn(async move {
             let _ = sock.set_nodelay(true);
-            connection(sock, &tp, &peer.to_string()).await;
+            connection(sock, &tp, peer, gate.as_deref()).await;
             drop(permit);
         });
     }
 }
 
-async fn connection(sock: TcpStream, tp: &Arc<Tickerplant>, peer: &str) {
+/// The next message of a connection that has not started yet, within the
+/// handshake timeout; Err is the reason to close it.
+async fn handshake_message(
+    rd: &mut OwnedReadHalf,
+    frame_max: usize,
+    handshake_s: u64,
+) -> Result<Option<Message>, String> {
+    match tokio::time::timeout(
+        Duration::from_secs(handshake_s),
+        read_message_max(rd, frame_max),
+    )
+    .await
+    {
+        Err(_) => Err(format!(
+            "no Subscribe or Write within {handshake_s} s (--sub-handshake-timeout-s); closing"
+        )),
+        Ok(Err(e)) => Err(e.to_string()),
+        Ok(Ok(m)) => Ok(m),
+    }
+}
+
+const PORT: &str = "subscription port";
+
+/// Checks a `Login` against the users file; Err is what the client is told.
+async fn login(
+    gate: &LoginGate,
+    ip: IpAddr,
+    name: String,
+    password: String,
+) -> Result<User, String> {
+    if let Err(refusal) = gate.limiter.check(ip) {
+        return Err(refusal.to_string());
+    }
+    let users = gate.users.clone();
+    let who = name.clone();
+    // PBKDF2 on a cache miss: off the async threads.
+    let found = tokio::task::spawn_blocking(move || users.check_password(&who, &password).cloned())
+        .await
+        .ok()
+        .flatten();
+    match found {
+        Some(u) => {
+            gate.limiter.succeeded(ip);
+            Ok(u)
+        }
+        None => {
+            gate.limiter
+                .failed(PORT, ip, &name, "wrong user or password");
+            Err("authentication failed: wrong user or password".to_string())
+        }
+    }
+}
+
+async fn connection(
+    sock: TcpStream,
+    tp: &Arc<Tickerplant>,
+    peer_addr: SocketAddr,
+    gate: Option<&LoginGate>,
+) {
+    let peer = &peer_addr.to_string();
     let cfg = tp.config();
     let frame_max = cfg.request_bytes_max + WRITE_FIXED_BYTES;
     let (mut rd, wr) = sock.into_split();
     let mut wr = BufWriter::with_capacity(SUB_WRITE_BUFFER_BYTES, wr);
     let handshake_s = cfg.sub_handshake_timeout_s.max(1);
-    let first = tokio::time::timeout(
-        Duration::from_secs(handshake_s),
-        read_message_max(&mut rd, frame_max),
-    )
-    .await;
-    let first = match first {
-        Err(_) => {
-            let msg = format!(
-                "no Subscribe or Write within {handshake_s} s (--sub-handshake-timeout-s); closing"
-            );
-            tracing::warn!("subscription port {peer}: {msg}");
+    let mut user: Option<User> = None;
+    let mut first = None;
+    // At most a Login, then the message that starts the connection.
+    for _ in 0..2 {
+        let m = match handshake_message(&mut rd, frame_max, handshake_s).await {
+            Err(msg) => {
+                tracing::warn!("{PORT} {peer}: {msg}");
+                send_error(&mut wr, &msg).await;
+                return;
+            }
+            Ok(None) => return,
+            Ok(Some(m)) => m,
+        };
+        match (m, gate) {
+            (Message::Login { .. }, _) if first.is_some() || user.is_some() => {}
+            (
+                Message::Login {
+                    user: name,
+                    password,
+                },
+                Some(g),
+            ) => {
+                match login(g, peer_addr.ip(), name, password).await {
+                    Ok(u) => user = Some(u),
+                    Err(msg) => {
+                        send_error(&mut wr, &msg).await;
+                        return;
+                    }
+                }
+                continue;
+            }
+            // A tp without users ignores a Login.
+            (Message::Login { .. }, None) => continue,
+            (m, _) => {
+                first = Some(m);
+                break;
+            }
+        }
+    }
+    let Some(first) = first else {
+        let msg = "expected Subscribe or Write after Login".to_string();
+        tracing::warn!("{PORT} {peer}: {msg}");
+        send_error(&mut wr, &msg).await;
+        return;
+    };
+    if gate.is_some() {
+        let (needed, what) = match &first {
+            Message::Write { .. } => (Role::Write, "publishing"),
+            _ => (Role::Read, "subscribing"),
+        };
+        let refusal = match &user {
+            None => Some(format!(
+                "this tp has users (--users): log in before {what} (tickdb rdb and agg: --tp-user, TICKDB_TP_PASSWORD)"
+            )),
+            Some(u) if !u.may(needed) => Some(format!(
+                "user `{}` lacks the {needed} role; {what} needs it",
+                u.name
+            )),
+            Some(_) => None,
+        };
+        if let Some(msg) = refusal {
+            tracing::warn!("{PORT} {peer}: refused: {msg}");
             send_error(&mut wr, &msg).await;
             return;
         }
-        Ok(Err(e)) => {
-            tracing::warn!("subscription port {peer}: {e}");
-            send_error(&mut wr, &e.to_string()).await;
-            return;
-        }
-        Ok(Ok(None)) => return,
-        Ok(Ok(Some(m))) => m,
-    };
+    }
     match first {
         Message::Subscribe {
             from_seq,

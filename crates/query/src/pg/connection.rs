@@ -26,12 +26,26 @@ use tokio::net::TcpStream;
 use tokio_util::codec::{Framed, FramedParts};
 
 /// Limits of one connection.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ConnLimits {
     pub startup_timeout: Duration,
     /// Zero: no idle timeout.
     pub idle_timeout: Duration,
     pub message_bytes_max: usize,
+    /// With TLS (`--tls-cert`), only TLS sessions are served: a plaintext
+    /// startup gets FATAL 28000 saying so.
+    pub tls: Option<tickdb_net::tls::TlsAcceptor>,
+}
+
+impl std::fmt::Debug for ConnLimits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnLimits")
+            .field("startup_timeout", &self.startup_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("message_bytes_max", &self.message_bytes_max)
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
 }
 
 /// Sends a FATAL error and ends the connection.
@@ -61,7 +75,7 @@ pub(super) async fn run(
     let startup_deadline = Instant::now() + limits.startup_timeout;
     let negotiated = tokio::time::timeout_at(
         startup_deadline.into(),
-        negotiate_tls::<super::DfStatement>(socket, None),
+        negotiate_tls::<super::DfStatement>(socket, limits.tls.clone()),
     )
     .await;
     let framed = match negotiated {
@@ -82,6 +96,15 @@ pub(super) async fn run(
     new_parts.read_buf = parts.read_buf;
     new_parts.write_buf = parts.write_buf;
     let mut framed = Framed::from_parts(new_parts);
+    if limits.tls.is_some() && !framed.is_secure() {
+        fatal(
+            &mut framed,
+            "28000",
+            "this server accepts only SSL/TLS connections (--tls-cert): connect with sslmode=require".into(),
+        )
+        .await;
+        return Err("a plaintext client on the TLS port; told to use sslmode=require".into());
+    }
 
     let startup = handlers.startup();
     let queries = handlers.queries();

@@ -123,6 +123,7 @@ impl PgOptions {
                 startup_timeout: std::time::Duration::from_secs(PG_STARTUP_TIMEOUT_S_DEFAULT),
                 idle_timeout: std::time::Duration::from_secs(PG_IDLE_TIMEOUT_S_DEFAULT),
                 message_bytes_max: PG_MESSAGE_BYTES_MAX_DEFAULT,
+                tls: None,
             },
         }
     }
