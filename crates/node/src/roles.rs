@@ -582,6 +582,28 @@ async fn blocking<T: Send + 'static>(
         .unwrap_or_else(|e| Err(format!("{what} failed: {e}")))
 }
 
+/// Serves ILP TCP and the subscription port of an open tp, behind the
+/// node's users and TLS.
+fn serve_tp_ports(
+    ilp: tokio::net::TcpListener,
+    sub: tokio::net::TcpListener,
+    tp: &Arc<Tickerplant>,
+    node: &Node,
+) {
+    let security = node.security();
+    tokio::spawn(tickdb_tp::ilp_tcp::serve(
+        ilp,
+        tp.clone(),
+        security.login_gate(),
+        security.tls().cloned(),
+    ));
+    tokio::spawn(tickdb_tp::sub_server::serve(
+        sub,
+        tp.clone(),
+        security.login_gate(),
+    ));
+}
+
 /// What a node's flags leave open to anyone (protected mode's list). With
 /// a users file (`users`), PostgreSQL wire and kdb+ IPC log its users in,
 /// so the default --pg-password opens nothing; --pg-no-auth and
@@ -673,17 +695,7 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
     // The tp is open: writes are journaled (and acknowledged) while the
     // rdb below is still loading, as before.
     node.set_tp(tp.clone());
-    tokio::spawn(tickdb_tp::ilp_tcp::serve(
-        ilp_l,
-        tp.clone(),
-        node.security().login_gate(),
-        node.security().tls().cloned(),
-    ));
-    tokio::spawn(tickdb_tp::sub_server::serve(
-        sub_l,
-        tp.clone(),
-        node.security().login_gate(),
-    ));
+    serve_tp_ports(ilp_l, sub_l, &tp, &node);
     // Writes and subscriptions are served from here on; queries answer
     // once the tables below are loaded (the engine checks readiness).
     start_ipc(ql.ipc, &node, &a.ipc, Some(&a.pg));
@@ -830,17 +842,7 @@ pub async fn tp(a: TpOnlyArgs) -> Result<(), String> {
     }
     node.set_replication(repl);
     node.life.ready();
-    tokio::spawn(tickdb_tp::ilp_tcp::serve(
-        ilp_l,
-        tp.clone(),
-        node.security().login_gate(),
-        node.security().tls().cloned(),
-    ));
-    tokio::spawn(tickdb_tp::sub_server::serve(
-        sub_l,
-        tp.clone(),
-        node.security().login_gate(),
-    ));
+    serve_tp_ports(ilp_l, sub_l, &tp, &node);
     start_ipc(ipc_l, &node, &a.ipc, None);
     crate::eod_clock::spawn_schedule(tp.clone(), clock);
     tracing::info!(

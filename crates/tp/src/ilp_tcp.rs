@@ -219,6 +219,23 @@ struct Timeouts {
     partial_line_s: u64,
 }
 
+impl Timeouts {
+    /// When the connection is idle too long (no bytes since `last_bytes`),
+    /// when its unfinished line (since `partial_since`) is too late, and
+    /// the earlier of the two.
+    fn deadlines(
+        &self,
+        last_bytes: Instant,
+        partial_since: Option<Instant>,
+    ) -> (Option<Instant>, Option<Instant>, Option<Instant>) {
+        let idle = (self.idle_s > 0).then(|| last_bytes + Duration::from_secs(self.idle_s));
+        let partial = partial_since
+            .filter(|_| self.partial_line_s > 0)
+            .map(|at| at + Duration::from_secs(self.partial_line_s));
+        (idle, partial, earliest(idle, partial))
+    }
+}
+
 /// Waits for bytes and reads them into `rb`, unless a timeout expires
 /// first: no bytes since `last_bytes` for the idle timeout, or an
 /// unfinished line since `partial_since` for the partial-line timeout.
@@ -269,11 +286,7 @@ async fn read_more_tls(
     line: u64,
 ) -> Result<Got, TpError> {
     let io = |e: std::io::Error| TpError::Io(e.to_string());
-    let idle = (t.idle_s > 0).then(|| last_bytes + Duration::from_secs(t.idle_s));
-    let partial = partial_since
-        .filter(|_| t.partial_line_s > 0)
-        .map(|at| at + Duration::from_secs(t.partial_line_s));
-    let deadline = earliest(idle, partial);
+    let (idle, partial, deadline) = t.deadlines(last_bytes, partial_since);
     let mut holding = true;
     loop {
         rb.buf.reserve(if holding {
@@ -322,11 +335,7 @@ async fn read_more_plain(
     line: u64,
 ) -> Result<Got, TpError> {
     let io = |e: std::io::Error| TpError::Io(e.to_string());
-    let idle = (t.idle_s > 0).then(|| last_bytes + Duration::from_secs(t.idle_s));
-    let partial = partial_since
-        .filter(|_| t.partial_line_s > 0)
-        .map(|at| at + Duration::from_secs(t.partial_line_s));
-    let deadline = earliest(idle, partial);
+    let (idle, partial, deadline) = t.deadlines(last_bytes, partial_since);
     // Try a read before waiting: while bytes flow, the socket has more.
     let mut try_now = true;
     // Whether the buffer may hold spare capacity to give back.
