@@ -361,3 +361,56 @@ def test_admin_commands_log_in_as_the_admin_user(cluster, users):
     p = subprocess.run(args, capture_output=True, text=True, timeout=30,
                        env=dict(env, TICKDB_ADMIN_USER="ops", TICKDB_ADMIN_PASSWORD="ops-pw-1"))
     assert p.returncode == 0 and "marker journaled" in p.stderr, p.stderr
+
+
+def frame(ty: int, body: bytes) -> bytes:
+    """One subscription-protocol frame (docs/protocol.md)."""
+    import struct
+    return struct.pack("<IB", len(body), ty) + body
+
+
+def str16(s: str) -> bytes:
+    import struct
+    b = s.encode()
+    return struct.pack("<H", len(b)) + b
+
+
+def read_frame(sock) -> tuple[int, bytes]:
+    import struct
+    head = b""
+    while len(head) < 5:
+        chunk = sock.recv(5 - len(head))
+        assert chunk, "closed before a frame"
+        head += chunk
+    n, ty = struct.unpack("<IB", head)
+    body = b""
+    while len(body) < n:
+        chunk = sock.recv(n - len(body))
+        assert chunk, "closed inside a frame"
+        body += chunk
+    return ty, body
+
+
+def test_the_subscription_port_checks_the_role_of_publishers_and_subscribers(cluster, users):
+    import socket
+    import struct
+    f, _ = users
+    tp = cluster.tp(extra=["--users", str(f)])
+    login = lambda who: frame(9, str16(who) + str16(f"{who}-pw-1"))
+    subscribe = frame(1, struct.pack("<QII", 1, 0, 0))
+    write = frame(6, struct.pack("<Q", 7) + b"\x00")
+    for first, then, want in [
+        (login("reader"), write, b"lacks the write role; publishing needs it"),
+        (login("writer"), subscribe, b"lacks the read role; subscribing needs it"),
+        (b"", write, b"log in before publishing"),
+        (frame(9, str16("writer") + str16("nope")), write, b"wrong user or password"),
+    ]:
+        with socket.create_connection(("127.0.0.1", tp.tp_port), timeout=10) as s:
+            s.sendall(first + then)
+            ty, body = read_frame(s)
+            assert ty == 4 and want in body, (ty, body)
+    # The reader subscribes: SubscribeOk (type 2) comes back.
+    with socket.create_connection(("127.0.0.1", tp.tp_port), timeout=10) as s:
+        s.sendall(login("reader") + subscribe)
+        ty, body = read_frame(s)
+        assert ty == 2, (ty, body)
