@@ -414,3 +414,38 @@ def test_the_subscription_port_checks_the_role_of_publishers_and_subscribers(clu
         s.sendall(login("reader") + subscribe)
         ty, body = read_frame(s)
         assert ty == 2, (ty, body)
+
+
+def test_the_agg_logs_in_to_subscribe_and_to_publish(cluster, tmp_path):
+    entries = [user_entry(n, r, f"{n}-pw-1")[0] for n, r in
+               [("writer", ["write"]), ("ops", ["admin"]), ("aggy", ["read", "write"]), ("peek", ["read"])]]
+    f = tmp_path / "users.toml"
+    f.write_text("\n".join(entries))
+    node = cluster.up(extra=["--users", str(f)])
+    ops = ("ops", "ops-pw-1")
+    lines = "".join(f"trade,sym=S{i % 3} price={100 + i}.0,size={i + 1}i {T0 + i * 1_000_000}\n" for i in range(30))
+    r = requests.post(node.url + "/write", data=lines, auth=("writer", "writer-pw-1"), timeout=10)
+    assert r.status_code == 204, r.text
+    old = dict(os.environ)
+    try:
+        # A reader-only agg subscribes but may not publish its bars.
+        os.environ["TICKDB_TP_PASSWORD"] = "peek-pw-1"
+        peek = cluster.raw(["agg", "--tp", f"127.0.0.1:{node.tp_port}", "--tp-user", "peek", "--publish-ms", "50"],
+                           role="agg")
+        node.wait_log("lacks the write role; publishing needs it", timeout=20)
+        peek.kill9()
+        os.environ["TICKDB_TP_PASSWORD"] = "aggy-pw-1"
+        cluster.raw(["agg", "--tp", f"127.0.0.1:{node.tp_port}", "--tp-user", "aggy", "--publish-ms", "50"],
+                    role="agg")
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    deadline = time.monotonic() + 30
+    got = 0
+    while time.monotonic() < deadline:
+        got = requests.get(node.url + "/exec", params={"query": "select coalesce(sum(trades), 0) from trade_1m"},
+                           auth=ops, timeout=10).json()["dataset"][0][0]
+        if got == 30:
+            break
+        time.sleep(0.1)
+    assert got == 30, "the logged-in agg folded every trade into its published bars"
