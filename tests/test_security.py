@@ -449,3 +449,31 @@ def test_the_agg_logs_in_to_subscribe_and_to_publish(cluster, tmp_path):
             break
         time.sleep(0.1)
     assert got == 30, "the logged-in agg folded every trade into its published bars"
+
+
+def test_the_feed_logs_in_over_http_and_over_ilp_tcp(cluster, tmp_path):
+    feed_entry, feed_auth = ilp_user("tcpfeed", ["write"])
+    entries = [feed_entry] + [user_entry(n, r, f"{n}-pw-1")[0] for n, r in [("writer", ["write"]), ("ops", ["admin"])]]
+    f = tmp_path / "users.toml"
+    f.write_text("\n".join(entries))
+    node = cluster.up(extra=["--users", str(f)])
+    ops = ("ops", "ops-pw-1")
+    token = dict(kv.split("=", 1) for kv in feed_auth.strip(";").split(";"))
+    base = ["feed", "--ilp-port", str(node.ilp_port), "--http-port", str(node.http_port), "--rate", "2000",
+            "--duration", "1", "--symbols", "20"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKDB_") or k == "TICKDB_BIN"}
+    p = subprocess.run([BIN, *base, "--transport", "http"], capture_output=True, text=True, timeout=60, env=env)
+    assert p.returncode != 0 and "401" in p.stderr, p.stderr
+    p = subprocess.run([BIN, *base, "--transport", "http", "--user", "writer"], capture_output=True, text=True,
+                       timeout=60, env=dict(env, TICKDB_PASSWORD="writer-pw-1"))
+    assert p.returncode == 0, p.stderr
+    after_http = count(node, ops, "quote")
+    assert after_http > 0
+    p = subprocess.run([BIN, *base, "--transport", "tcp", "--user", "tcpfeed", "--ilp-token-x", token["token_x"],
+                        "--ilp-token-y", token["token_y"]], capture_output=True, text=True, timeout=60,
+                       env=dict(env, TICKDB_ILP_TOKEN=token["token"]))
+    assert p.returncode == 0, p.stderr
+    deadline = time.monotonic() + 10
+    while count(node, ops, "quote") <= after_http and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert count(node, ops, "quote") > after_http, "the TCP feed's rows arrived"

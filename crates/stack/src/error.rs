@@ -19,6 +19,10 @@ pub enum StackError {
     /// Flags or configuration that cannot work.
     #[error("{0}")]
     BadInput(String),
+    /// The server refused the credentials (HTTP 401/403): another host of
+    /// the group would refuse them too, so nothing is retried.
+    #[error("{0}")]
+    Refused(String),
     #[error("interrupted")]
     Interrupted,
 }

@@ -10,6 +10,7 @@
 //! them (ILP over HTTP, 10,000 rows a request, each answered after it is
 //! journaled), like the study's 65 million records loaded before its run.
 
+use crate::client_auth::ClientAuthArgs;
 use crate::clock::TickClock;
 use crate::error::{Result, StackError};
 use crate::gen::{MarketSim, SimConfig, Tick};
@@ -108,6 +109,8 @@ pub struct FeedArgs {
     /// acknowledgements); over HTTP a refused batch is sent again.
     #[arg(long, default_value = "127.0.0.1", value_name = "HOST[,HOST...]")]
     pub host: String,
+    #[command(flatten)]
+    pub auth: ClientAuthArgs,
     /// The tp's ILP TCP port (--transport tcp).
     #[arg(long, default_value_t = 8709)]
     pub ilp_port: u16,
@@ -203,6 +206,7 @@ struct Follow {
     ilp_port: u16,
     http_port: u16,
     sink: Option<Sink>,
+    auth: ClientAuthArgs,
     reconnects: u64,
     broken_rows: u64,
 }
@@ -225,6 +229,7 @@ impl Follow {
             ilp_port: a.ilp_port,
             http_port: a.http_port,
             sink: None,
+            auth: a.auth.clone(),
             reconnects: 0,
             broken_rows: 0,
         })
@@ -235,13 +240,17 @@ impl Follow {
         Ok(match self.transport {
             Transport::Tcp => {
                 let addr = format!("{host}:{}", self.ilp_port);
-                let sock = TcpStream::connect(&addr)
+                let mut sock = TcpStream::connect(&addr)
                     .map_err(StackError::io(format!("connecting to ILP TCP at {addr}")))?;
                 sock.set_nodelay(true)
                     .map_err(StackError::io("ILP TCP nodelay"))?;
+                self.auth.ilp_login(&mut sock)?;
                 Sink::Tcp(sock)
             }
-            Transport::Http => Sink::Http(HttpClient::new(&format!("{host}:{}", self.http_port))),
+            Transport::Http => Sink::Http(
+                HttpClient::new(&format!("{host}:{}", self.http_port))
+                    .with_auth(self.auth.http_header()),
+            ),
         })
     }
 
@@ -253,6 +262,7 @@ impl Follow {
             if self.sink.is_none() {
                 match self.open() {
                     Ok(s) => self.sink = Some(s),
+                    Err(e @ (StackError::Refused(_) | StackError::BadInput(_))) => return Err(e),
                     Err(e) => {
                         self.next_host(&e, since)?;
                         continue;
@@ -265,6 +275,7 @@ impl Follow {
             };
             match r {
                 Ok(()) => return Ok(()),
+                Err(e @ StackError::Refused(_)) => return Err(e),
                 Err(e) if self.hosts.len() == 1 && self.transport == Transport::Tcp => {
                     return Err(e)
                 }
@@ -328,6 +339,13 @@ impl Sink {
 
 fn post_write(c: &mut HttpClient, body: &[u8]) -> Result<()> {
     let (status, answer) = c.request("POST", "/write", body)?;
+    if status == 401 || status == 403 {
+        return Err(StackError::Refused(format!(
+            "POST /write to {}: HTTP {status}: {} (--user, TICKDB_PASSWORD)",
+            c.addr(),
+            String::from_utf8_lossy(&answer)
+        )));
+    }
     if status != 204 {
         return Err(StackError::Server(format!(
             "POST /write to {}: HTTP {status}: {}",
@@ -372,7 +390,8 @@ fn prestress(
 ) -> Result<()> {
     // The prestress goes to the first host (the primary when it starts).
     let first = a.host.split(',').next().unwrap_or_default().trim();
-    let mut http = HttpClient::new(&format!("{first}:{}", a.http_port));
+    let mut http =
+        HttpClient::new(&format!("{first}:{}", a.http_port)).with_auth(a.auth.http_header());
     let pb = bar(
         Some(rows),
         "prestress {bar:30} {human_pos}/{human_len} rows {per_sec} eta {eta}",

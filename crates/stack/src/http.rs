@@ -23,6 +23,8 @@ pub struct HttpClient {
     /// made moves to the next.
     addrs: Vec<String>,
     conn: Option<BufReader<TcpStream>>,
+    /// An `Authorization` header line sent with every request.
+    auth: Option<String>,
 }
 
 fn proto(m: impl Into<String>) -> StackError {
@@ -43,7 +45,14 @@ impl HttpClient {
             addr: addrs.first().cloned().unwrap_or_default(),
             addrs,
             conn: None,
+            auth: None,
         }
+    }
+
+    /// Sends `header` (an `Authorization: …\r\n` line) with every request.
+    pub fn with_auth(mut self, header: Option<String>) -> HttpClient {
+        self.auth = header;
+        self
     }
 
     pub fn addr(&self) -> &str {
@@ -106,8 +115,9 @@ impl HttpClient {
         }
         let conn = self.conn.as_mut().expect("connected above");
         let head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Length: {}\r\n\r\n",
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\n{}Content-Length: {}\r\n\r\n",
             self.addr,
+            self.auth.as_deref().unwrap_or(""),
             body.len()
         );
         let what = || format!("HTTP {method} {path} to {}", self.addr);

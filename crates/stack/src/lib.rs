@@ -19,6 +19,7 @@
 
 pub mod agg;
 pub mod bars;
+pub mod client_auth;
 pub mod clock;
 pub mod csv;
 pub mod error;

@@ -77,6 +77,8 @@ pub struct MonitorArgs {
         value_name = "HOST:PORT[,HOST:PORT...]"
     )]
     pub rdb: String,
+    #[command(flatten)]
+    pub auth: crate::client_auth::ClientAuthArgs,
     /// Poll the rdb this often (the Optane kdb+ study's monitor: every 2 s).
     #[arg(long, default_value_t = 2000)]
     pub every_ms: u64,
@@ -434,7 +436,7 @@ pub fn run(a: MonitorArgs) -> Result<MonitorSummary> {
     let duration = a.duration.map(Duration::from_secs_f64);
     let started = Instant::now();
     let mut p = Poller {
-        http: HttpClient::new(&a.rdb),
+        http: HttpClient::new(&a.rdb).with_auth(a.auth.http_header()),
         rdb_pid: a.rdb_pid,
         asof_sym: a.asof_sym.clone(),
         newest_trade: 0,
