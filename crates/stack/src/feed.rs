@@ -206,7 +206,8 @@ struct Follow {
     ilp_port: u16,
     http_port: u16,
     sink: Option<Sink>,
-    auth: ClientAuthArgs,
+    /// Boxed: a login is rare, and Follow travels in an enum by value.
+    auth: Box<ClientAuthArgs>,
     reconnects: u64,
     broken_rows: u64,
 }
@@ -229,7 +230,7 @@ impl Follow {
             ilp_port: a.ilp_port,
             http_port: a.http_port,
             sink: None,
-            auth: a.auth.clone(),
+            auth: Box::new(a.auth.clone()),
             reconnects: 0,
             broken_rows: 0,
         })

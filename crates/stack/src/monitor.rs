@@ -545,6 +545,7 @@ mod tests {
         assert_eq!(Stat::of(std::iter::empty()), Stat::default());
         let a = MonitorArgs {
             rdb: "h:1".into(),
+            auth: Default::default(),
             every_ms: 100,
             duration: None,
             out: PathBuf::from("x"),
