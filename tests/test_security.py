@@ -477,3 +477,20 @@ def test_the_feed_logs_in_over_http_and_over_ilp_tcp(cluster, tmp_path):
     while count(node, ops, "quote") <= after_http and time.monotonic() < deadline:
         time.sleep(0.05)
     assert count(node, ops, "quote") > after_http, "the TCP feed's rows arrived"
+
+
+def test_the_monitor_logs_in_to_poll_a_node_with_users(cluster, users, tmp_path):
+    f, _ = users
+    node = cluster.up(extra=["--users", str(f)])
+    r = requests.post(node.url + "/write", data=f"trade,sym=M price=1.0,size=1i {T0}\n", auth=basic("writer"),
+                      timeout=10)
+    assert r.status_code == 204, r.text
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKDB_") or k == "TICKDB_BIN"}
+    args = [BIN, "monitor", "--rdb", f"127.0.0.1:{node.http_port}", "--every-ms", "100", "--duration", "1"]
+    p = subprocess.run([*args, "--out", str(tmp_path / "anon")], capture_output=True, text=True, timeout=60, env=env)
+    anon = p.stderr
+    p = subprocess.run([*args, "--out", str(tmp_path / "in"), "--user", "reader"], capture_output=True, text=True,
+                       timeout=60, env=dict(env, TICKDB_PASSWORD="reader-pw-1"))
+    assert p.returncode == 0, p.stderr
+    assert "401" in anon or "unauthorized" in anon, anon
+    assert "401" not in p.stderr and "unauthorized" not in p.stderr, p.stderr

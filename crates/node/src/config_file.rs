@@ -399,6 +399,8 @@ pub fn render(root: &Command, path: &[String], m: &ArgMatches, typed: &BTreeSet<
         let id = arg.get_id().as_str();
         let key = long.replace('-', "_");
         let source = match m.value_source(id) {
+            // A value from the file reaches clap as a flag it did not type.
+            Some(ValueSource::CommandLine) if !typed.contains(long) => "config file".to_string(),
             Some(ValueSource::CommandLine) => "flag".to_string(),
             Some(ValueSource::EnvVariable) => format!("environment {}", env_name(long)),
             Some(ValueSource::DefaultValue) => "default".to_string(),
@@ -409,12 +411,6 @@ pub fn render(root: &Command, path: &[String], m: &ArgMatches, typed: &BTreeSet<
             .get_raw(id)
             .map(|vals| vals.map(|v| v.to_string_lossy().into_owned()).collect())
             .unwrap_or_default();
-        // A value from the file reaches clap as a flag; say so.
-        let source = if source == "flag" && config_path(m).is_some() && !typed.contains(long) {
-            "config file".to_string()
-        } else {
-            source
-        };
         if raw.is_empty() {
             let _ = writeln!(out, "# {key} = (unset)");
             continue;

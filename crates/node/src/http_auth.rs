@@ -116,7 +116,9 @@ fn unauthorized(message: String) -> Response {
 
 /// The gate, as an axum middleware over every route.
 pub async fn guard(State(s): State<AppState>, mut req: Request, next: Next) -> Response {
-    let path = req.uri().path().to_string();
+    // Every write passes here: nothing is allocated until a request is
+    // refused or a users file asks for a login.
+    let path = req.uri().path();
     if path != "/health" {
         if let Some(why) = cross_site(req.headers()) {
             tracing::warn!("HTTP: refused a cross-site request to {path}: {why}");
@@ -128,13 +130,14 @@ pub async fn guard(State(s): State<AppState>, mut req: Request, next: Next) -> R
             );
         }
     }
-    let Some(role) = needed(&path) else {
-        return next.run(req).await;
-    };
     let security = s.node.security();
     let Some(users) = security.users().cloned() else {
         return next.run(req).await;
     };
+    let Some(role) = needed(path) else {
+        return next.run(req).await;
+    };
+    let path = path.to_string();
     let peer = req
         .extensions()
         .get::<PeerAddr>()

@@ -27,18 +27,14 @@ pub struct Security {
 impl Security {
     /// No users: every port open (loopback, or `--no-protected-mode`).
     pub fn open() -> Security {
-        Security {
-            users: None,
-            limiter: Arc::new(LoginLimiter::new()),
-            tls: None,
-        }
+        Security::new(None, None)
     }
 
-    pub fn with_users(users: Users) -> Security {
+    pub fn new(users: Option<Users>, tls: Option<tickdb_net::tls::TlsAcceptor>) -> Security {
         Security {
-            users: Some(Arc::new(users)),
+            users: users.map(Arc::new),
             limiter: Arc::new(LoginLimiter::new()),
-            tls: None,
+            tls,
         }
     }
 
@@ -131,26 +127,21 @@ pub fn start(net: &NetArgs, mut open: OpenDoors) -> Result<Arc<Security>, String
         (Some(cert), Some(key)) => Some(tickdb_net::tls::acceptor(cert, key)?),
         _ => None,
     };
-    let mut security = match users {
-        Some(u) => {
-            tracing::info!(
-                "users: {} from {}",
-                u.len(),
-                net.users
-                    .as_deref()
-                    .map(Path::display)
-                    .map(|d| d.to_string())
-                    .unwrap_or_default()
-            );
-            Security::with_users(u)
-        }
-        None => Security::open(),
-    };
-    if tls.is_some() {
-        tracing::info!("TLS on HTTP and PostgreSQL wire (--tls-cert)");
+    if let Some(u) = &users {
+        tracing::info!(
+            "users: {} from {}",
+            u.len(),
+            net.users
+                .as_deref()
+                .map(Path::display)
+                .map(|d| d.to_string())
+                .unwrap_or_default()
+        );
     }
-    security.tls = tls;
-    Ok(Arc::new(security))
+    if tls.is_some() {
+        tracing::info!("TLS on HTTP, PostgreSQL wire and ILP TCP (--tls-cert)");
+    }
+    Ok(Arc::new(Security::new(users, tls)))
 }
 
 fn load(path: &Path) -> Result<Users, String> {

@@ -90,24 +90,29 @@ pub async fn serve(listener: TcpListener, tp: Arc<Tickerplant>, gate: Option<Arc
 }
 
 /// The next message of a connection that has not started yet, within the
-/// handshake timeout; Err is the reason to close it.
+/// handshake timeout; None when it closed, or misbehaved and was told why.
 async fn handshake_message(
     rd: &mut OwnedReadHalf,
+    wr: &mut Writer,
+    peer: &str,
     frame_max: usize,
     handshake_s: u64,
-) -> Result<Option<Message>, String> {
-    match tokio::time::timeout(
+) -> Option<Message> {
+    let why = match tokio::time::timeout(
         Duration::from_secs(handshake_s),
         read_message_max(rd, frame_max),
     )
     .await
     {
-        Err(_) => Err(format!(
+        Ok(Ok(m)) => return m,
+        Err(_) => format!(
             "no Subscribe or Write within {handshake_s} s (--sub-handshake-timeout-s); closing"
-        )),
-        Ok(Err(e)) => Err(e.to_string()),
-        Ok(Ok(m)) => Ok(m),
-    }
+        ),
+        Ok(Err(e)) => e.to_string(),
+    };
+    tracing::warn!("{PORT} {peer}: {why}");
+    send_error(wr, &why).await;
+    None
 }
 
 const PORT: &str = "subscription port";
@@ -154,51 +159,31 @@ async fn connection(
     let (mut rd, wr) = sock.into_split();
     let mut wr = BufWriter::with_capacity(SUB_WRITE_BUFFER_BYTES, wr);
     let handshake_s = cfg.sub_handshake_timeout_s.max(1);
+    let mut first = match handshake_message(&mut rd, &mut wr, peer, frame_max, handshake_s).await {
+        Some(m) => m,
+        None => return,
+    };
+    // A Login comes first, if at all; a tp without users ignores it.
     let mut user: Option<User> = None;
-    let mut first = None;
-    // At most a Login, then the message that starts the connection.
-    for _ in 0..2 {
-        let m = match handshake_message(&mut rd, frame_max, handshake_s).await {
-            Err(msg) => {
-                tracing::warn!("{PORT} {peer}: {msg}");
-                send_error(&mut wr, &msg).await;
-                return;
-            }
-            Ok(None) => return,
-            Ok(Some(m)) => m,
-        };
-        match (m, gate) {
-            (Message::Login { .. }, _) if first.is_some() || user.is_some() => {}
-            (
-                Message::Login {
-                    user: name,
-                    password,
-                },
-                Some(g),
-            ) => {
-                match login(g, peer_addr.ip(), name, password).await {
-                    Ok(u) => user = Some(u),
-                    Err(msg) => {
-                        send_error(&mut wr, &msg).await;
-                        return;
-                    }
+    if let Message::Login {
+        user: name,
+        password,
+    } = first
+    {
+        if let Some(g) = gate {
+            match login(g, peer_addr.ip(), name, password).await {
+                Ok(u) => user = Some(u),
+                Err(msg) => {
+                    send_error(&mut wr, &msg).await;
+                    return;
                 }
-                continue;
-            }
-            // A tp without users ignores a Login.
-            (Message::Login { .. }, None) => continue,
-            (m, _) => {
-                first = Some(m);
-                break;
             }
         }
+        first = match handshake_message(&mut rd, &mut wr, peer, frame_max, handshake_s).await {
+            Some(m) => m,
+            None => return,
+        };
     }
-    let Some(first) = first else {
-        let msg = "expected Subscribe or Write after Login".to_string();
-        tracing::warn!("{PORT} {peer}: {msg}");
-        send_error(&mut wr, &msg).await;
-        return;
-    };
     if gate.is_some() {
         let (needed, what) = match &first {
             Message::Write { .. } => (Role::Write, "publishing"),
