@@ -51,15 +51,7 @@ column = [
 const SYMS: [&str; 7] = ["AAPL", "MSFT", "IBM", "", "GOOG", "ES", "NQ"];
 
 fn seed(test: &str) -> u64 {
-    let seed = match std::env::var("TICKDB_SEED") {
-        Ok(s) => s.trim().parse().expect("TICKDB_SEED must be a u64"),
-        Err(_) => std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(7),
-    };
-    eprintln!("{test}: seed = {seed} (rerun with TICKDB_SEED={seed})");
-    seed
+    tickdb_core::testing::seed(test)
 }
 
 fn schema() -> Arc<Schema> {

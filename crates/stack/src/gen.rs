@@ -333,12 +333,7 @@ mod tests {
     use super::*;
 
     fn seed() -> u64 {
-        let s = std::env::var("TICKDB_SEED")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| crate::clock::now_ns() as u64);
-        println!("seed {s} (rerun with TICKDB_SEED={s})");
-        s
+        tickdb_core::testing::seed("market simulator")
     }
 
     #[test]

@@ -239,15 +239,5 @@ pub fn http_request(
 /// The test's seed: `TICKDB_SEED` if set (to reproduce a run), else the clock.
 /// Printed either way.
 pub fn seed(test: &str) -> u64 {
-    let seed = std::env::var("TICKDB_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(1)
-        });
-    eprintln!("{test}: seed {seed} (reproduce with TICKDB_SEED={seed})");
-    seed
+    tickdb_core::testing::seed(test)
 }
