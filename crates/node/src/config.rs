@@ -44,11 +44,13 @@ pub struct NetArgs {
     #[arg(long, default_value = "127.0.0.1")]
     pub bind: IpAddr,
     /// Users file (TOML): names, roles (read, write, admin), SCRAM-SHA-256
-    /// password verifiers and hashed bearer tokens; `tickdb user add`
-    /// prints entries. With it, HTTP asks for basic auth or a bearer token
-    /// (except /health and /settings), PostgreSQL wire for a SCRAM-SHA-256
-    /// login (--pg-auth), kdb+ IPC for a user and password, and each checks
-    /// the user's role; --pg-user and --pg-password are then unused. See
+    /// password verifiers, hashed bearer tokens and ILP public keys;
+    /// `tickdb user add` prints entries. With it, every port asks for a
+    /// user and checks the role: HTTP basic auth or a bearer token (except
+    /// /health and /settings), PostgreSQL wire SCRAM-SHA-256 (--pg-auth),
+    /// ILP TCP QuestDB's key challenge, kdb+ IPC the handshake's user and
+    /// password, the subscription port a Login (tickdb rdb and agg:
+    /// --tp-user); --pg-user and --pg-password are then unused. See
     /// docs/security.md.
     #[arg(long, value_name = "FILE")]
     pub users: Option<PathBuf>,
