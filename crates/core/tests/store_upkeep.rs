@@ -289,7 +289,12 @@ fn an_fsmem_tables_next_chunk_comes_from_the_allocator_thread() {
     let schema = Arc::new(schema);
     let store = Store::new(schema.clone(), Domains::new(Some(dir.path())).unwrap()).unwrap();
     let first = CHUNK_ROWS_MIN as i64;
-    store.apply(&trades(&schema, 0, first * 9 / 10)).unwrap();
+    // Without its upkeep, so no spare is asked for yet: with `apply`, the
+    // allocator thread could finish before `bytes_before` is read, and the
+    // wait below would wait for a change that had already happened.
+    store
+        .apply_before_upkeep(&trades(&schema, 0, first * 9 / 10))
+        .unwrap();
     let files = || std::fs::read_dir(dir.path()).unwrap().count();
     let (bytes_before, files_before) = (store.memory().fsmem, files());
     // The allocation happens on the other thread: wait for its regions,
