@@ -51,6 +51,10 @@
 #                                   (end of day and history; --quick under 2 minutes)
 #   .venv/bin/python scripts/bench_monitor.py [--quick] --out docs/benchmarks.md
 #                                   (one symbol on a 50M-row rdb; about 4 minutes)
+#   .venv/bin/python scripts/bench_build.py --out docs/benchmarks.md
+#                                   (first build: clean quick and release builds,
+#                                   then ingest and queries on both binaries;
+#                                   about 40 minutes; not run by this script)
 #   target/release/tickdb bench report --only sharding [--quick]
 #                                   (about 3 minutes; --quick about 1;
 #                                   sections: sharding, ipc, failover,
