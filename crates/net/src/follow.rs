@@ -4,11 +4,16 @@
 //! follows the new primary without being told. It sends the epoch of its
 //! last record, so a tp that never had that record refuses it instead of
 //! handing it a gap or a duplicate.
+//!
+//! It also holds how this process connects to tps: the user it logs in as
+//! (`--tp-user`) and whether it speaks TLS to them (`--tp-tls-ca`).
 
 use crate::proto::{read_message, write_message, Message, TpRole, ROLE_PRIMARY};
+use crate::stream::Stream;
+use crate::tls::ClientTls;
 use crate::NetError;
 use std::time::Duration;
-use tokio::io::BufReader;
+use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
 /// Time to connect to one address and get its SubscribeOk.
@@ -28,7 +33,7 @@ pub fn addresses(list: &str) -> Vec<String> {
 pub struct Subscribed {
     /// The address that answered.
     pub addr: String,
-    pub stream: BufReader<TcpStream>,
+    pub stream: BufReader<Stream>,
     pub current_seq: u64,
     pub schema_toml: String,
     /// The tp's epoch and role (None from a tp that predates epochs).
@@ -60,11 +65,11 @@ async fn subscribe_one(
     addr: &str,
     request: &Message,
 ) -> Result<Result<Subscribed, String>, NetError> {
-    let sock = TcpStream::connect(addr).await?;
-    let _ = sock.set_nodelay(true);
-    let mut stream = BufReader::with_capacity(STREAM_BUFFER_BYTES, sock);
+    let mut stream = BufReader::with_capacity(STREAM_BUFFER_BYTES, connect(addr).await?);
     send_login(stream.get_mut()).await?;
     write_message(stream.get_mut(), request).await?;
+    // A TLS session may hold the tail of a write until flushed.
+    stream.get_mut().flush().await?;
     Ok(match read_message(&mut stream).await? {
         Some(Message::SubscribeOk {
             current_seq,
@@ -92,6 +97,27 @@ static LOGIN: std::sync::OnceLock<Message> = std::sync::OnceLock::new();
 /// Sets the user every later connection to a tp logs in as.
 pub fn set_login(user: String, password: String) {
     let _ = LOGIN.set(Message::Login { user, password });
+}
+
+/// This process's TLS to tp subscription ports (`--tp-tls-ca`): set once
+/// at start, like the login, so that every connection to a tp speaks it.
+static TLS: std::sync::OnceLock<ClientTls> = std::sync::OnceLock::new();
+
+/// Makes every later connection of this process to a tp speak TLS.
+pub fn set_tls(tls: ClientTls) {
+    let _ = TLS.set(tls);
+}
+
+/// Connects to the tp subscription port at `addr` (HOST:PORT), with TLS
+/// when this process was given it (`set_tls`).
+pub async fn connect(addr: &str) -> Result<Stream, NetError> {
+    let sock = TcpStream::connect(addr).await?;
+    // Updates and acknowledgements are small and latency-bound.
+    let _ = sock.set_nodelay(true);
+    match TLS.get() {
+        None => Ok(Stream::Plain(sock)),
+        Some(tls) => tls.connect(addr, sock).await.map_err(NetError::Tls),
+    }
 }
 
 /// Sends `Login` first when this process has a user (`set_login`).

@@ -1,12 +1,14 @@
 //! tickdb-net owns how tickdb roles meet on the network: listener specs
 //! (`PORT` or `rp,PORT`, the KX socket sharding whitepaper), binding a TCP listener
 //! with the right socket options, and the tp subscription wire protocol
-//! (`proto`) that rdbs, the aggregation engine and other subscribers speak.
+//! (`proto`) that rdbs, the aggregation engine and other subscribers speak,
+//! over plain TCP or TLS (`stream`, `tls`).
 
 pub mod acceptor;
 pub mod follow;
 pub mod group;
 pub mod proto;
+pub mod stream;
 pub mod tls;
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -39,6 +41,10 @@ pub enum NetError {
     /// truncated stream, or a peer that speaks something else.
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// A TLS session could not be made: the peer does not speak TLS on
+    /// that port, or its certificate is not trusted; says which.
+    #[error("{0}")]
+    Tls(String),
 }
 
 /// Where a role listens: a port, and whether the port is shared with other

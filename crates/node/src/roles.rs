@@ -601,6 +601,7 @@ fn serve_tp_ports(
         sub,
         tp.clone(),
         security.login_gate(),
+        security.tls().cloned(),
     ));
 }
 
@@ -873,7 +874,7 @@ pub async fn rdb(a: RdbArgs) -> Result<(), String> {
         open_doors(a.net.users.is_some(), Some(&a.pg), &a.ipc),
     )?;
     // Every connection to the tp logs in as --tp-user, when given.
-    a.login.apply();
+    a.login.apply()?;
     let node = Node::new(Role::Rdb);
     node.set_security(security);
     node.life.starting("reloading the Hot Restart store");

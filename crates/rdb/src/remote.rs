@@ -9,8 +9,8 @@ use crate::rdb::Rdb;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tickdb_net::proto::{read_message, Message};
+use tickdb_net::stream::Stream;
 use tokio::io::BufReader;
-use tokio::net::TcpStream;
 
 /// Wait between reconnect attempts, doubling up to the max.
 pub const RECONNECT_DELAY_MS_MIN: u64 = 50;
@@ -23,7 +23,7 @@ pub struct TpLink {
     pub current_seq: u64,
     pub schema_toml: String,
     from_seq: u64,
-    stream: BufReader<TcpStream>,
+    stream: BufReader<Stream>,
 }
 
 #[derive(Debug, Clone, Default)]

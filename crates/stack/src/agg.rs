@@ -18,7 +18,8 @@ use std::time::Duration;
 use tickdb_core::batch::{Batch, BatchBuilder, ColumnData, Value};
 use tickdb_core::schema::{ColumnType, Schema, TableDef, TableKind};
 use tickdb_net::proto::{read_message, write_message, Message};
-use tokio::net::TcpStream;
+use tickdb_net::stream::Stream;
+use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
 /// Messages read ahead of the folding loop from the subscription socket.
@@ -533,7 +534,7 @@ async fn shutdown_signal() {
 
 /// Runs the agg until Ctrl-C or SIGTERM, reconnecting after broken links.
 pub async fn run(a: AggArgs) -> Result<()> {
-    a.login.apply();
+    a.login.apply().map_err(StackError::BadInput)?;
     if a.publish_ms == 0 {
         return Err(StackError::BadInput(
             "--publish-ms must be at least 1".into(),
@@ -572,12 +573,16 @@ pub async fn run(a: AggArgs) -> Result<()> {
     }
 }
 
-async fn connect(addr: &str) -> Result<TcpStream> {
-    let s = TcpStream::connect(addr)
+async fn connect(addr: &str) -> Result<Stream> {
+    let mut s = tickdb_net::follow::connect(addr)
         .await
-        .map_err(StackError::io(format!("connecting to the tp at {addr}")))?;
-    let _ = s.set_nodelay(true);
-    let mut s = s;
+        .map_err(|e| match e {
+            tickdb_net::NetError::Io(source) => StackError::Io {
+                what: format!("connecting to the tp at {addr}"),
+                source,
+            },
+            e => StackError::Protocol(format!("tp publish link: {e}")),
+        })?;
     tickdb_net::follow::send_login(&mut s)
         .await
         .map_err(|e| StackError::Protocol(format!("tp publish link: {e}")))?;
@@ -614,7 +619,7 @@ async fn final_publish(addr: &str, agg: &mut Aggregator) {
 }
 
 /// Sends one Write and waits for its WriteAck: the journal sequence.
-async fn write_one(s: &mut TcpStream, request_id: u64, payload: Vec<u8>) -> Result<u64> {
+async fn write_one(s: &mut Stream, request_id: u64, payload: Vec<u8>) -> Result<u64> {
     let proto = |e: tickdb_net::NetError| StackError::Protocol(format!("tp publish link: {e}"));
     write_message(
         s,
@@ -625,6 +630,8 @@ async fn write_one(s: &mut TcpStream, request_id: u64, payload: Vec<u8>) -> Resu
     )
     .await
     .map_err(proto)?;
+    // A TLS session may hold the tail of a write until flushed.
+    s.flush().await.map_err(|e| proto(e.into()))?;
     match read_message(s).await.map_err(proto)? {
         Some(Message::WriteAck {
             request_id: id,
@@ -677,7 +684,7 @@ async fn session_inner(
     .map_err(|e| StackError::Protocol(format!("tp subscription: {e}")))?;
     let tp_addr = found.addr.clone();
     let current_seq = found.current_seq;
-    let schema = Schema::parse(&found.schema_toml, &format!("schema from tp {tp_addr}"))
+    let mut schema = Schema::parse(&found.schema_toml, &format!("schema from tp {tp_addr}"))
         .map_err(|e| StackError::Protocol(e.to_string()))?;
     let mut sub = found.stream;
     match agg_slot {
@@ -747,9 +754,18 @@ async fn session_inner(
                                 "sequence gap: expected {}, got {seq}", *next_seq
                             )));
                         }
-                        let batches = tickdb_core::codec::decode(&payload, Some(&schema))
+                        // Under the newest schema seen: an update from
+                        // before a column was added has nulls in it.
+                        let batches = tickdb_core::codec::decode_widened(&payload, &schema)
                             .map_err(|e| StackError::Protocol(format!("update {seq}: {e}")))?;
                         for b in &batches {
+                            // A schema change (CREATE TABLE, ALTER TABLE):
+                            // the updates after it follow the new schema.
+                            if let Some((toml, _)) = b.schema_change_text() {
+                                schema = Schema::parse(toml, &format!("schema change at seq {seq}"))
+                                    .map_err(|e| StackError::Protocol(e.to_string()))?;
+                                continue;
+                            }
                             agg.fold(b)?;
                         }
                         *next_seq = seq + 1;

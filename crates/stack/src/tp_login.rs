@@ -1,7 +1,10 @@
-//! The user a tp client (`tickdb rdb`, `tickdb agg`) logs in as on the tp's
-//! subscription port, when the tp has a users file.
+//! How a tp client (`tickdb rdb`, `tickdb agg`) connects to the tp's
+//! subscription port: the user it logs in as, when the tp has a users file,
+//! and TLS, when the tp has a certificate.
 
-/// `--tp-user`, `--tp-password`.
+use std::path::PathBuf;
+
+/// `--tp-user`, `--tp-password`, `--tp-tls-ca`.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct TpLoginArgs {
     /// User to log in as on the tp's subscription port, when the tp has a
@@ -13,13 +16,26 @@ pub struct TpLoginArgs {
     /// TICKDB_TP_PASSWORD, which keeps it out of `ps`.
     #[arg(long, value_name = "PASSWORD", requires = "tp_user")]
     pub tp_password: Option<String>,
+    /// Connect to the tp's subscription port with TLS, trusting the CA
+    /// certificates (PEM) in FILE: needed when the tp has --tls-cert, whose
+    /// certificate must be signed by one of them and name the host of --tp
+    /// (an IP address or a DNS name). There is no default trust store:
+    /// without this flag the connection is plaintext, and the login
+    /// password crosses the network in clear.
+    #[arg(long, value_name = "FILE")]
+    pub tp_tls_ca: Option<PathBuf>,
 }
 
 impl TpLoginArgs {
-    /// Makes every later connection of this process to a tp log in.
-    pub fn apply(&self) {
+    /// Makes every later connection of this process to a tp log in, and
+    /// speak TLS; Err names a CA file that cannot be used.
+    pub fn apply(&self) -> Result<(), String> {
+        if let Some(ca) = &self.tp_tls_ca {
+            tickdb_net::follow::set_tls(tickdb_net::tls::client(ca, "--tp-tls-ca")?);
+        }
         if let (Some(u), Some(p)) = (&self.tp_user, &self.tp_password) {
             tickdb_net::follow::set_login(u.clone(), p.clone());
         }
+        Ok(())
     }
 }

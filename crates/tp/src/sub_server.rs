@@ -17,6 +17,11 @@
 //! off while its socket accepts nothing stops at once: its writes race the
 //! queue's closing. Subscribers are never timed out for being quiet: they
 //! receive, they need not send.
+//!
+//! With `--tls-cert` the port speaks only TLS. A plaintext client is told
+//! so in an `Error` frame it can read, then closed: the tp peeks at the
+//! first three bytes, which tell a TLS ClientHello from a frame (see
+//! `tickdb_net::tls::looks_like_client_hello`).
 
 use crate::catchup;
 use crate::hub::SubFilter;
@@ -29,9 +34,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tickdb_auth::{Role, User};
 use tickdb_net::proto::{encode_message, read_message_max, write_message, Message};
+use tickdb_net::stream::{Stream, StreamRead, StreamWrite};
+use tickdb_net::tls::{Accepted, TlsAcceptor};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 /// Default bound on connections open at once on the subscription port.
 pub const SUB_CONNECTIONS_MAX: usize = 256;
@@ -50,11 +56,21 @@ pub const ERROR_SEND_TIMEOUT_MS: u64 = 1000;
 /// A `Write` body's bytes before its payload (the request id).
 const WRITE_FIXED_BYTES: usize = 8;
 
-type Writer = BufWriter<OwnedWriteHalf>;
+/// What a plaintext client on the TLS port is told.
+pub const TLS_REQUIRED: &str = "this port speaks TLS only (the node was started with --tls-cert): \
+connect with TLS (tickdb rdb and agg: --tp-tls-ca FILE, the CA that signed the node's certificate)";
+
+type Writer = BufWriter<StreamWrite>;
 
 /// Serves the subscription port; with a `gate` (a users file), a
-/// connection logs in (`Login`) before it subscribes or publishes.
-pub async fn serve(listener: TcpListener, tp: Arc<Tickerplant>, gate: Option<Arc<LoginGate>>) {
+/// connection logs in (`Login`) before it subscribes or publishes; with
+/// `tls`, it speaks only TLS.
+pub async fn serve(
+    listener: TcpListener,
+    tp: Arc<Tickerplant>,
+    gate: Option<Arc<LoginGate>>,
+    tls: Option<TlsAcceptor>,
+) {
     loop {
         let (sock, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -81,9 +97,37 @@ pub async fn serve(listener: TcpListener, tp: Arc<Tickerplant>, gate: Option<Arc
         };
         let tp = tp.clone();
         let gate = gate.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
             let _ = sock.set_nodelay(true);
-            connection(sock, &tp, peer, gate.as_deref()).await;
+            let stream = match tls {
+                None => Stream::Plain(sock),
+                Some(acceptor) => {
+                    // The client speaks first (Login or Subscribe, or its
+                    // ClientHello), within the handshake timeout.
+                    let wait = Duration::from_secs(tp.config().sub_handshake_timeout_s.max(1));
+                    match tickdb_net::tls::accept(sock, &acceptor, wait, wait).await {
+                        Accepted::Tls(s) => s,
+                        Accepted::Plaintext(sock) => {
+                            tracing::warn!("{PORT} {peer}: a plaintext client on the TLS port; told to connect with TLS");
+                            let mut frame = Vec::new();
+                            encode_message(
+                                &Message::Error {
+                                    message: TLS_REQUIRED.to_string(),
+                                },
+                                &mut frame,
+                            );
+                            tickdb_net::tls::refuse_plaintext(sock, &frame).await;
+                            return;
+                        }
+                        Accepted::Failed(why) => {
+                            tracing::warn!("{PORT} {peer}: {why}");
+                            return;
+                        }
+                    }
+                }
+            };
+            connection(stream, &tp, peer, gate.as_deref()).await;
             drop(permit);
         });
     }
@@ -92,7 +136,7 @@ pub async fn serve(listener: TcpListener, tp: Arc<Tickerplant>, gate: Option<Arc
 /// The next message of a connection that has not started yet, within the
 /// handshake timeout; None when it closed, or misbehaved and was told why.
 async fn handshake_message(
-    rd: &mut OwnedReadHalf,
+    rd: &mut StreamRead,
     wr: &mut Writer,
     peer: &str,
     frame_max: usize,
@@ -148,7 +192,7 @@ async fn login(
 }
 
 async fn connection(
-    sock: TcpStream,
+    sock: Stream,
     tp: &Arc<Tickerplant>,
     peer_addr: SocketAddr,
     gate: Option<&LoginGate>,
@@ -267,7 +311,7 @@ async fn connection(
 /// Journals each `Write` and acknowledges it, until the publisher closes,
 /// misbehaves or sends nothing for `--publisher-idle-timeout-s`.
 async fn publisher(
-    mut rd: OwnedReadHalf,
+    mut rd: StreamRead,
     mut wr: Writer,
     tp: &Arc<Tickerplant>,
     peer: &str,
@@ -364,7 +408,7 @@ impl Stop {
 }
 
 async fn subscriber(
-    mut rd: OwnedReadHalf,
+    mut rd: StreamRead,
     mut wr: Writer,
     tp: &Arc<Tickerplant>,
     peer: &str,
@@ -393,7 +437,7 @@ async fn subscriber(
 
 /// Resolves when the subscriber closes its connection (`Ok`), or sends
 /// something, which it must not.
-async fn peer_gone(rd: &mut OwnedReadHalf) -> Result<(), Stop> {
+async fn peer_gone(rd: &mut StreamRead) -> Result<(), Stop> {
     let mut probe = [0u8; 1];
     match rd.read(&mut probe).await {
         Ok(0) | Err(_) => Ok(()),
