@@ -59,10 +59,12 @@ pub struct NetArgs {
     /// Redis does).
     #[arg(long)]
     pub no_protected_mode: bool,
-    /// Certificate chain (PEM) for TLS on the HTTP and PostgreSQL wire
-    /// ports; with --tls-key, those ports speak only TLS (https://,
-    /// sslmode=require) and tell a plaintext client so. See
-    /// docs/security.md.
+    /// Certificate chain (PEM) for TLS; with --tls-key, every port of the
+    /// node but kdb+ IPC speaks only TLS and tells a plaintext client so:
+    /// HTTP (https://), PostgreSQL wire (sslmode=require), ILP TCP
+    /// (tcps::), the tp subscription port (tickdb rdb and agg:
+    /// --tp-tls-ca) and the replication port (standbys: --primary-tls-ca).
+    /// See docs/security.md.
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
     /// Private key (PEM: PKCS#8, PKCS#1 or SEC1) of --tls-cert.
@@ -187,6 +189,16 @@ pub struct ReplArgs {
     /// says who the primary is and this flag is not needed.
     #[arg(long, value_name = "HOST:PORT[,HOST:PORT...]")]
     pub standby_of: Option<String>,
+    /// Connect to the primary's replication port with TLS, trusting the CA
+    /// certificates (PEM) in FILE: needed when the primary has --tls-cert,
+    /// whose certificate must be signed by one of them and name the host
+    /// the standby dials (of --standby-of, or of etcd's leader record: an
+    /// IP address or a DNS name). There is no default trust store: without
+    /// this flag a standby connects in plaintext. In a failover group give
+    /// every node --tls-cert, --tls-key and this flag, since any of them
+    /// may come to follow another.
+    #[arg(long, value_name = "FILE")]
+    pub primary_tls_ca: Option<PathBuf>,
     /// How this node ships records to its standbys.
     #[arg(long, value_enum, default_value = "async")]
     pub replication: ReplicationArg,

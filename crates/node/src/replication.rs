@@ -57,6 +57,8 @@ pub struct Prepared {
     /// start (it opens fenced and begins it).
     pub etcd: Option<Arc<crate::leader::Etcd>>,
     pub elected: Option<u32>,
+    /// `--primary-tls-ca`: how this node speaks TLS to a primary it follows.
+    pub tls: Option<tickdb_net::tls::ClientTls>,
 }
 
 /// The primary a node follows: the one its demotion named (REJOIN_ENV,
@@ -152,6 +154,10 @@ pub async fn prepare(
 ) -> Result<Prepared, String> {
     let (secret, source) =
         Secret::resolve(a.repl_secret_file.as_deref(), data_dir).map_err(|e| e.to_string())?;
+    let tls = match &a.primary_tls_ca {
+        Some(ca) => Some(tickdb_net::tls::client(ca, "--primary-tls-ca")?),
+        None => None,
+    };
     let name = a
         .node_name
         .clone()
@@ -198,6 +204,7 @@ pub async fn prepare(
             standby_of: None,
             etcd,
             elected,
+            tls,
         });
     };
     life.starting(&format!("connecting to the primary {primary}"));
@@ -206,6 +213,7 @@ pub async fn prepare(
         name: name.clone(),
         secret: secret.clone(),
         http: advertised.http.clone(),
+        tls: tls.clone(),
     };
     let mut delay = standby::RECONNECT_DELAY_MS_MIN;
     let mut cuts = Vec::new();
@@ -283,6 +291,7 @@ pub async fn prepare(
                     standby_of: Some(primary),
                     etcd,
                     elected: None,
+                    tls,
                 });
             }
             Err(ReplError::Refused(r)) => return Err(r),
@@ -335,6 +344,7 @@ pub async fn prepare(
         standby_of: Some(primary),
         etcd,
         elected: None,
+        tls,
     })
 }
 
@@ -417,10 +427,13 @@ pub fn load_reseed(
     Ok(())
 }
 
-/// Serves the replication port, and on a standby follows the primary.
-/// `applied` is the node's rdb's applied sequence (0 without an rdb).
+/// Serves the replication port (TLS only with `tls`, the node's
+/// `--tls-cert`), and on a standby follows the primary. `applied` is the
+/// node's rdb's applied sequence (0 without an rdb).
+#[allow(clippy::too_many_arguments)]
 pub fn start(
     listener: TcpListener,
+    tls: Option<tickdb_net::tls::TlsAcceptor>,
     tp: &Arc<Tickerplant>,
     a: &ReplArgs,
     prepared: Prepared,
@@ -440,6 +453,7 @@ pub fn start(
         snapshots,
         http: advertised.http.clone(),
         ilp: advertised.ilp.clone(),
+        tls: tls.map(tickdb_net::tls::ServerTls),
     });
     tokio::spawn(primary::serve(listener, tp.clone(), opts, standbys.clone()));
     let failover = Arc::new(crate::failover::FailoverState {
@@ -457,6 +471,7 @@ pub fn start(
             name: prepared.name.clone(),
             secret: prepared.secret.clone(),
             http: advertised.http.clone(),
+            tls: prepared.tls.clone(),
         });
         let (f2, tp2) = (f.clone(), tp.clone());
         let task = tokio::spawn(async move {

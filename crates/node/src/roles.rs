@@ -732,6 +732,7 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
             Arc::new(crate::replication::RdbSnapshots(rdb.clone()));
         let repl = crate::replication::start(
             repl_l,
+            node.security().tls().cloned(),
             &tp,
             &a.tp.repl,
             prepared,
@@ -836,8 +837,16 @@ pub async fn tp(a: TpOnlyArgs) -> Result<(), String> {
     })
     .await?;
     node.set_tp(tp.clone());
-    let repl =
-        crate::replication::start(repl_l, &tp, &a.tp.repl, prepared, Arc::new(|| 0), None, adv);
+    let repl = crate::replication::start(
+        repl_l,
+        node.security().tls().cloned(),
+        &tp,
+        &a.tp.repl,
+        prepared,
+        Arc::new(|| 0),
+        None,
+        adv,
+    );
     if let Some(e) = repl.etcd.clone() {
         tokio::spawn(crate::leader::run(e, node.clone(), elected));
     }

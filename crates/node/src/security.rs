@@ -20,7 +20,7 @@ use tickdb_auth::{LoginLimiter, Users};
 pub struct Security {
     users: Option<Arc<Users>>,
     limiter: Arc<LoginLimiter>,
-    /// TLS for HTTP and PostgreSQL wire (`--tls-cert`, `--tls-key`).
+    /// TLS for every port but kdb+ IPC (`--tls-cert`, `--tls-key`).
     tls: Option<tickdb_net::tls::TlsAcceptor>,
 }
 
@@ -139,7 +139,9 @@ pub fn start(net: &NetArgs, mut open: OpenDoors) -> Result<Arc<Security>, String
         );
     }
     if tls.is_some() {
-        tracing::info!("TLS on HTTP, PostgreSQL wire and ILP TCP (--tls-cert)");
+        tracing::info!(
+            "TLS on HTTP, PostgreSQL wire, ILP TCP, the subscription port and the replication port (--tls-cert)"
+        );
     }
     Ok(Arc::new(Security::new(users, tls)))
 }

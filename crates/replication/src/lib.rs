@@ -47,6 +47,11 @@ pub enum ReplError {
     Journal(String),
     #[error("network I/O: {0}")]
     Io(#[from] std::io::Error),
+    /// No TLS session with the peer: it does not speak TLS on that port,
+    /// or its certificate is not trusted (says which). Retried, as a lost
+    /// connection is: the peer may be restarting with its certificate.
+    #[error("{0}")]
+    Tls(String),
     /// The primary says this standby's journal holds records past
     /// `keep_through` that the primary never had (by their epoch
     /// histories): they must be cut before it can follow.

@@ -9,6 +9,11 @@
 //! records, or the standby followed another primary), a standby whose last
 //! record differs from this journal's record at the same sequence
 //! (diverged), and a standby needing records this journal no longer holds.
+//!
+//! With `--tls-cert` the port speaks only TLS. The primary speaks first
+//! here (its Challenge), so a plaintext standby sends nothing: a client
+//! that sends no ClientHello within `CLIENT_HELLO_WAIT_MS` is taken for
+//! one, and sent a `Refuse` saying TLS is required instead of a Challenge.
 
 use crate::auth::{self, Secret};
 use crate::protocol::{
@@ -21,13 +26,19 @@ use crate::ReplError;
 use std::sync::Arc;
 use std::time::Duration;
 use tickdb_journal::RawReader;
+use tickdb_net::stream::Stream;
+use tickdb_net::tls::{Accepted, ServerTls, CLIENT_HELLO_WAIT_MS};
 use tickdb_tp::Tickerplant;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 /// Time a connection has to complete the handshake.
 pub const HANDSHAKE_TIMEOUT_S: u64 = 10;
 /// Standbys (and connections still in their handshake) served at once.
 pub const REPL_CONNECTIONS_MAX: usize = 64;
+/// What a plaintext standby on the TLS port is told.
+pub const TLS_REQUIRED: &str =
+    "this replication port speaks TLS only (the node was started with --tls-cert): \
+start the standby with --primary-tls-ca FILE, the CA that signed the primary's certificate";
 
 /// How this node serves its standbys.
 #[derive(Debug, Clone)]
@@ -43,6 +54,8 @@ pub struct PrimaryOptions {
     /// to standbys so that their refusals can name it.
     pub http: String,
     pub ilp: String,
+    /// `--tls-cert`: the port speaks only TLS.
+    pub tls: Option<ServerTls>,
 }
 
 impl std::fmt::Debug for dyn SnapshotSource {
@@ -78,6 +91,33 @@ pub async fn serve(
         let _ = sock.set_nodelay(true);
         let (tp, opts, standbys) = (tp.clone(), opts.clone(), standbys.clone());
         tokio::spawn(async move {
+            let sock = match &opts.tls {
+                None => Stream::Plain(sock),
+                Some(ServerTls(acceptor)) => match tickdb_net::tls::accept(
+                    sock,
+                    acceptor,
+                    Duration::from_millis(CLIENT_HELLO_WAIT_MS),
+                    Duration::from_secs(HANDSHAKE_TIMEOUT_S),
+                )
+                .await
+                {
+                    Accepted::Tls(s) => s,
+                    Accepted::Plaintext(sock) => {
+                        tracing::warn!("replication: {peer}: a plaintext standby on the TLS port; told to connect with TLS (--primary-tls-ca)");
+                        let refusal = Message::Refuse {
+                            reason: TLS_REQUIRED.to_string(),
+                        };
+                        if let Ok(frame) = refusal.encode() {
+                            tickdb_net::tls::refuse_plaintext(sock, &frame).await;
+                        }
+                        return;
+                    }
+                    Accepted::Failed(why) => {
+                        tracing::warn!("replication: {peer}: {why}");
+                        return;
+                    }
+                },
+            };
             match serve_one(sock, &peer.to_string(), tp, &opts, &standbys).await {
                 Ok(()) => tracing::info!("replication: standby {peer} disconnected"),
                 Err(e) => tracing::warn!("replication: {peer}: {e}"),
@@ -87,7 +127,7 @@ pub async fn serve(
     }
 }
 
-async fn refuse(sock: &mut TcpStream, reason: String) -> ReplError {
+async fn refuse(sock: &mut Stream, reason: String) -> ReplError {
     let _ = protocol::write_message(
         sock,
         &Message::Refuse {
@@ -131,7 +171,7 @@ fn first_seq_held(tp: &Tickerplant) -> u64 {
 }
 
 async fn serve_one(
-    mut sock: TcpStream,
+    mut sock: Stream,
     peer: &str,
     tp: Arc<Tickerplant>,
     opts: &PrimaryOptions,
@@ -384,7 +424,7 @@ async fn serve_one(
 /// Streams a cut of the tables, then returns the sequence the journal is
 /// shipped from: the start of the segment holding the record after the cut.
 async fn stream_reseed(
-    sock: &mut TcpStream,
+    sock: &mut Stream,
     tp: &Arc<Tickerplant>,
     mut cut: Box<dyn SnapshotCut>,
     name: &str,

@@ -702,8 +702,11 @@ pub async fn read_message<R: AsyncRead + Unpin>(
     Message::decode(head[4], body).map(Some)
 }
 
+/// Writes one message and flushes it: a TLS session may hold the tail of
+/// a write until flushed (on plain TCP the flush costs nothing).
 pub async fn write_message<W: AsyncWrite + Unpin>(w: &mut W, m: &Message) -> Result<(), ReplError> {
     w.write_all(&m.encode()?).await?;
+    w.flush().await?;
     Ok(())
 }
 

@@ -14,7 +14,7 @@ use crate::ReplError;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-use tokio::net::TcpStream;
+use tokio::io::AsyncRead;
 
 /// A consistent cut of a node's tables, read payload by payload.
 pub trait SnapshotCut: Send {
@@ -51,8 +51,8 @@ pub struct Reseeded {
 /// Receives a reseed on `sock` (after its Reseed message), spooling the
 /// tables into `data_dir`. `progress(rows_received, rows_total)` is called
 /// as rows arrive.
-pub async fn receive(
-    sock: &mut TcpStream,
+pub async fn receive<R: AsyncRead + Unpin>(
+    sock: &mut R,
     seq: u64,
     journal_from: u64,
     rows_total: u64,

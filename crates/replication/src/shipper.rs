@@ -15,9 +15,9 @@ use crate::ReplError;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tickdb_journal::RawReader;
+use tickdb_net::stream::{StreamRead, StreamWrite};
 use tickdb_tp::Tickerplant;
 use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::mpsc;
 
 /// Records per frame, in bytes (a larger record gets a frame of its own).
@@ -50,8 +50,8 @@ pub async fn ship(
     tp: Arc<Tickerplant>,
     link: Arc<StandbyLink>,
     from_seq: u64,
-    rd: OwnedReadHalf,
-    mut wr: OwnedWriteHalf,
+    rd: StreamRead,
+    mut wr: StreamWrite,
     opts: ShipOptions,
 ) -> Result<(), ReplError> {
     let (tx, mut rx) = mpsc::channel::<Result<Frame, ReplError>>(SHIP_FRAMES_AHEAD);
@@ -98,6 +98,10 @@ pub async fn ship(
                 }
                 Some(Ok(Frame::Message(m, shipped))) => {
                     wr.write_all(&m.encode()?).await?;
+                    // Out now over TLS too (a no-op on plain TCP): the
+                    // standby acknowledges what it has, and semi-sync
+                    // writes wait on that.
+                    wr.flush().await?;
                     if let Some((seq, bytes)) = shipped {
                         link.shipped(seq, bytes);
                     }
@@ -115,7 +119,7 @@ pub async fn ship(
 
 /// Reads the standby's acknowledgements until it closes the connection.
 async fn read_acks(
-    mut rd: OwnedReadHalf,
+    mut rd: StreamRead,
     tp: Arc<Tickerplant>,
     link: Arc<StandbyLink>,
 ) -> Result<(), ReplError> {

@@ -25,6 +25,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tickdb_net::stream::{Stream, StreamWrite};
+use tickdb_net::tls::ClientTls;
 use tickdb_tp::{ReplicatedItem, Tickerplant};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -57,11 +59,13 @@ pub struct FollowOptions {
     /// This standby's HTTP address (host:port), which the primary uses to
     /// hand over in a switchover; empty when unknown.
     pub http: String,
+    /// `--primary-tls-ca`: speak TLS to the primary, trusting these CAs.
+    pub tls: Option<ClientTls>,
 }
 
 /// A completed handshake.
 pub struct Connected {
-    sock: TcpStream,
+    sock: Stream,
     pub primary_seq: u64,
     pub first_seq_held: u64,
     pub mode: Mode,
@@ -127,11 +131,26 @@ pub async fn connect(
     can_reseed: bool,
 ) -> Result<Connected, ReplError> {
     let go = async {
-        let mut sock = TcpStream::connect(&opts.primary).await?;
+        let sock = TcpStream::connect(&opts.primary).await?;
         let _ = sock.set_nodelay(true);
+        let mut sock = match &opts.tls {
+            None => Stream::Plain(sock),
+            Some(tls) => tls
+                .connect(&opts.primary, sock)
+                .await
+                .map_err(ReplError::Tls)?,
+        };
         let challenge = protocol::read_message(&mut sock, HANDSHAKE_FRAME_BYTES_MAX)
             .await?
             .ok_or_else(|| ReplError::Protocol("the primary closed before its challenge".into()))?;
+        // A primary refuses before its challenge only what no retry fixes:
+        // a plaintext standby on its TLS port.
+        if let Message::Refuse { reason } = &challenge {
+            return Err(ReplError::Refused(format!(
+                "the primary {} refused: {reason}",
+                opts.primary
+            )));
+        }
         let Message::Challenge {
             version,
             nonce,
@@ -358,8 +377,9 @@ pub async fn connect_any(
 }
 
 /// The primary's schema history for this standby's journal: installed
-/// (durably) when the journal has none; otherwise it must be the same file.
-/// Returns the schema text in force now.
+/// (durably) when the journal has none; otherwise it must be the same file,
+/// or its start (schema changes the standby has yet to receive). Returns
+/// the schema text the standby runs under now.
 pub fn adopt_schema(journal_dir: &Path, primary_history: &[u8]) -> Result<String, ReplError> {
     use tickdb_journal::schema_history::{SchemaHistory, SCHEMA_HISTORY_FILE};
     let path = journal_dir.join(SCHEMA_HISTORY_FILE);
@@ -367,6 +387,20 @@ pub fn adopt_schema(journal_dir: &Path, primary_history: &[u8]) -> Result<String
         .map_err(|e| ReplError::Protocol(format!("the primary's schema history: {e}")))?;
     match std::fs::read(&path) {
         Ok(ours) if ours == primary_history => {}
+        // A standby that was away while its primary's schema changed at
+        // run time (CREATE TABLE, ALTER TABLE) holds the start of the
+        // primary's history: the changes it lacks come as schema-change
+        // markers in the records it has yet to receive, and its journal
+        // records each as it appends it. It runs under its own schema
+        // until then.
+        Ok(ours)
+            if SchemaHistory::decode(&ours, &path)
+                .is_ok_and(|o| theirs.entries().starts_with(o.entries())) =>
+        {
+            let ours = SchemaHistory::decode(&ours, &path)
+                .map_err(|e| ReplError::Protocol(format!("this standby's schema history: {e}")))?;
+            return Ok(ours.current().text.clone());
+        }
         Ok(_) => {
             return Err(ReplError::Refused(format!(
                 "this standby's schema history ({}) differs from its primary's: the primary's schema changed. \
@@ -752,7 +786,7 @@ impl Follower {
 
 /// Sends an acknowledgement when something changed, or as a keepalive.
 async fn ack(
-    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+    wr: &mut StreamWrite,
     tp: &Tickerplant,
     applied: &Arc<dyn Fn() -> u64 + Send + Sync>,
     last: &mut (u64, u64, u64, Instant),
