@@ -1,8 +1,10 @@
-"""TLS (rustls) on the HTTP and PostgreSQL wire ports, with real clients:
-requests and the `questdb` client over https, psql and psycopg with
-sslmode=require and verify-full. A plaintext client on a TLS port is told
-so in words it can read. Certificates come from openssl: a test CA and a
-server certificate for 127.0.0.1."""
+"""TLS (rustls) on every port but kdb+ IPC, with real clients: requests and
+the `questdb` client over https and tcps, psql and psycopg with
+sslmode=require and verify-full, `tickdb rdb` on the subscription port
+(--tp-tls-ca) and a standby on the replication port (--primary-tls-ca). A
+plaintext client on a TLS port is told so in words it can read, and so is a
+TLS client on a plaintext port. Certificates come from openssl: a test CA
+and a server certificate for 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -41,22 +43,37 @@ def make_certs(d: Path) -> tuple[Path, Path, Path]:
     return d / "ca.pem", d / "cert.pem", d / "key.pem"
 
 
-@pytest.fixture
-def tls_node(cluster, tmp_path):
-    ca, cert, key = make_certs(tmp_path)
-    node = cluster.up(extra=["--tls-cert", str(cert), "--tls-key", str(key)], start=False)
+def make_other_ca(d: Path) -> Path:
+    """A CA that signed nothing this test serves: trusting only it must
+    refuse the node's certificate."""
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-keyout", "other-ca.key", "-out", "other-ca.pem", "-days", "2",
+                    "-subj", "/CN=another CA"], check=True, capture_output=True, cwd=d, timeout=60)
+    return d / "other-ca.pem"
+
+
+def start_tls(node, ca: Path) -> str:
+    """Starts a node with --tls-cert and waits until it answers over https;
+    returns its https URL."""
     node.start(wait_ready=False)
     url = f"https://127.0.0.1:{node.http_port}"
     deadline = time.monotonic() + 60
     while True:
         try:
             if requests.get(url + "/health", verify=str(ca), timeout=2).status_code == 200:
-                break
+                return url
         except requests.RequestException:
             pass
         assert node.proc.poll() is None, node.log_tail()
         assert time.monotonic() < deadline, node.log_tail()
         time.sleep(0.05)
+
+
+@pytest.fixture
+def tls_node(cluster, tmp_path):
+    ca, cert, key = make_certs(tmp_path)
+    node = cluster.up(extra=["--tls-cert", str(cert), "--tls-key", str(key)], start=False)
+    url = start_tls(node, ca)
     return node, url, ca
 
 
@@ -130,3 +147,115 @@ def test_ilp_tcp_over_tls_with_the_questdb_client(tls_node):
         said = s.recv(200)
     assert b"speaks TLS only" in said and b"tcps" in said, said
     node.wait_log("a plaintext client on the TLS port")
+
+
+def https_scalar(url: str, ca: Path, sql: str):
+    r = requests.get(url + "/exec", params={"query": sql}, verify=str(ca), timeout=30)
+    assert r.status_code == 200, r.text
+    return r.json()["dataset"][0][0]
+
+
+def write_tcps(node, ca: Path, sym: str, n: int, first: int = 0) -> None:
+    """n trades for `sym` over ILP TCP with TLS, `size` = first..first+n."""
+    with Sender.from_conf(f"tcps::addr=127.0.0.1:{node.ilp_port};tls_roots={ca};") as s:
+        for i in range(first, first + n):
+            s.row("trade", symbols={"sym": sym}, columns={"price": 2.5, "size": i}, at=TimestampNanos(T0 + i))
+
+
+def test_rdb_follows_a_tls_tp_and_a_plaintext_one_is_told_to_use_tls(tls_node, cluster, tmp_path):
+    node, url, ca = tls_node
+    write_tcps(node, ca, "SUB", 50)
+    rdb = cluster.rdb(node.tp_port, extra=["--tp-tls-ca", str(ca)])
+    assert rdb.wait_rows("trade", 50) == 50
+    # Live updates over the TLS subscription, answered over SQL (PostgreSQL
+    # wire on the rdb, which has no certificate of its own).
+    write_tcps(node, ca, "SUB", 50, first=50)
+    assert rdb.wait_rows("trade", 100) == 100
+    with psycopg.connect(f"host=127.0.0.1 port={rdb.pg_port} user=tickdb password=tickdb dbname=tickdb") as conn:
+        got = conn.execute("select count(*), sum(size) from trade where sym = 'SUB'").fetchone()
+    assert tuple(got) == (100, sum(range(100)))
+
+    # A plaintext rdb is told, in the subscription protocol's Error frame,
+    # that the port speaks TLS only and which flag to give.
+    plain = cluster.rdb(node.tp_port, start=False)
+    plain.start(wait_ready=False)
+    said = plain.wait_log("speaks TLS only", timeout=20)
+    assert "--tp-tls-ca" in said, said
+    node.wait_log("a plaintext client on the TLS port")
+    # The tp keeps serving its TLS subscriber.
+    write_tcps(node, ca, "SUB", 10, first=100)
+    assert rdb.wait_rows("trade", 110) == 110
+    assert node.proc.poll() is None
+
+    # An rdb trusting another CA refuses the tp's certificate, and says so.
+    other = cluster.rdb(node.tp_port, extra=["--tp-tls-ca", str(make_other_ca(tmp_path))], start=False)
+    other.start(wait_ready=False)
+    other.wait_log("certificate must be signed by a CA in --tp-tls-ca", timeout=20)
+    node.wait_log("TLS handshake failed")
+    assert plain.proc.poll() is None and other.proc.poll() is None
+    for p in (plain, other):
+        r = requests.get(p.url + "/exec", params={"query": "select count(*) from trade"}, timeout=10)
+        assert r.status_code == 503, r.text
+
+
+def test_a_tls_rdb_on_a_plaintext_tp_is_told_it_does_not_speak_tls(cluster, tmp_path):
+    ca, _, _ = make_certs(tmp_path)
+    node = cluster.up()
+    rdb = cluster.rdb(node.tp_port, extra=["--tp-tls-ca", str(ca)], start=False)
+    rdb.start(wait_ready=False)
+    said = rdb.wait_log("does not speak TLS on this port", timeout=20)
+    assert "--tls-cert" in said, said
+    assert node.proc.poll() is None
+
+
+def test_a_standby_follows_a_tls_primary(tls_node, cluster, tmp_path):
+    node, url, ca = tls_node
+    follow = ["--standby-of", f"127.0.0.1:{node.repl_port}"]
+    if not os.environ.get("TICKDB_REPL_SECRET"):
+        # The secret the primary generated at its first start.
+        follow += ["--repl-secret-file", str(node.data_dir / "repl-secret")]
+    # A fresh standby without TLS is refused with the reason, and stops.
+    plain = cluster.up(data_dir=tmp_path / "plain", extra=follow, start=False)
+    plain.start(wait_ready=False)
+    assert plain.wait_exit(timeout=60) != 0
+    said = plain.log_tail(80)
+    assert "speaks TLS only" in said and "--primary-tls-ca" in said, said
+    node.wait_log("a plaintext standby on the TLS port")
+
+    # A standby trusting another CA refuses the primary's certificate and
+    # keeps trying, saying why.
+    wrong = cluster.up(data_dir=tmp_path / "wrong", start=False,
+                       extra=[*follow, "--primary-tls-ca", str(make_other_ca(tmp_path))])
+    wrong.start(wait_ready=False)
+    wrong.wait_log("certificate must be signed by a CA in --primary-tls-ca", timeout=30)
+    assert wrong.proc.poll() is None
+    wrong.kill9()
+
+    write_tcps(node, ca, "REPL", 200)
+    standby = cluster.up(data_dir=tmp_path / "standby", start=False, extra=[*follow, "--primary-tls-ca", str(ca)])
+    standby.start()
+    assert standby.wait_rows("trade", 200) == 200
+    # Live records over the TLS link too.
+    write_tcps(node, ca, "REPL", 300, first=200)
+    assert standby.wait_rows("trade", 500) == 500
+    deadline = time.monotonic() + 30
+    while https_scalar(url, ca, "select count(*) from trade") < 500 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    sql = "select sym, price, size, time from trade order by size"
+    r = requests.get(url + "/exec", params={"query": sql}, verify=str(ca), timeout=30)
+    assert r.status_code == 200, r.text
+    assert standby.exec(sql) == r.json()["dataset"]
+    primary_seq = requests.get(url + "/status", verify=str(ca), timeout=10).json()["tp"]["seq"]
+    deadline = time.monotonic() + 30
+    while standby.status()["tp"]["seq"] != primary_seq and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert standby.status()["tp"]["seq"] == primary_seq
+    # The primary sees one standby, streaming (the refused ones never got
+    # past their handshake).
+    deadline = time.monotonic() + 10
+    while True:
+        link = requests.get(url + "/status", verify=str(ca), timeout=10).json()["replication"]["standbys"]
+        if [s["state"] for s in link] == ["streaming"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert [s["state"] for s in link] == ["streaming"], link
