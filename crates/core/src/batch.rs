@@ -181,7 +181,24 @@ impl Column {
     pub fn is_valid(&self, i: usize) -> bool {
         self.valid.as_ref().map(|v| v[i]).unwrap_or(true)
     }
+
+    /// A column of `rows` nulls of type `ty`: what rows written before
+    /// `ALTER TABLE ... ADD COLUMN` hold in the new column.
+    pub fn nulls(ty: ColumnType, rows: usize) -> Column {
+        let mut data = ColumnData::new(ty);
+        for _ in 0..rows {
+            data.push_default();
+        }
+        Column {
+            data,
+            valid: Some(vec![false; rows]),
+        }
+    }
 }
+
+/// The table name of a schema-change marker (`Batch::schema_change`); like
+/// `END_OF_DAY_TABLE`, no table can be called this.
+pub const SCHEMA_CHANGE_TABLE: &str = ".u.schema";
 
 /// The table name of an end-of-day marker (`Batch::end_of_day`). Table names
 /// are letters, digits and `_`, so no table can be called this.
@@ -209,7 +226,93 @@ impl Batch {
 
     /// Whether this batch is a clear marker (see `clear_marker`).
     pub fn is_clear_marker(&self) -> bool {
-        self.rows == 0 && self.columns.is_empty() && self.table != END_OF_DAY_TABLE
+        self.rows == 0
+            && self.columns.is_empty()
+            && self.table != END_OF_DAY_TABLE
+            && self.table != SCHEMA_CHANGE_TABLE
+    }
+
+    /// An update that changes the schema at run time (`CREATE TABLE`,
+    /// `ALTER TABLE ... ADD COLUMN`): the whole new schema as TOML, and the
+    /// change in words (the statement, for `tickdb journal dump` and logs).
+    /// The tp journals it alone in its update, so every reader (replay,
+    /// subscribers, standbys) meets it exactly where it happened: records
+    /// before it were written under the old schema, records after it under
+    /// this one. A batch of the reserved table `SCHEMA_CHANGE_TABLE` with one
+    /// row of two string columns, no validity bitmaps.
+    pub fn schema_change(schema_toml: &str, what: &str) -> Batch {
+        let col = |s: &str| Column {
+            data: ColumnData::Str {
+                offsets: vec![0, s.len() as u32],
+                data: s.as_bytes().to_vec(),
+            },
+            valid: None,
+        };
+        Batch {
+            table: SCHEMA_CHANGE_TABLE.to_string(),
+            rows: 1,
+            columns: vec![col(schema_toml), col(what)],
+        }
+    }
+
+    /// The new schema's TOML and the change in words, if this batch is a
+    /// schema-change marker (see `schema_change`).
+    pub fn schema_change_text(&self) -> Option<(&str, &str)> {
+        if self.table != SCHEMA_CHANGE_TABLE || self.rows != 1 {
+            return None;
+        }
+        fn text(c: &Column) -> Option<&str> {
+            match &c.data {
+                ColumnData::Str { offsets, data } if offsets.len() == 2 => {
+                    std::str::from_utf8(data.get(offsets[0] as usize..offsets[1] as usize)?).ok()
+                }
+                _ => None,
+            }
+        }
+        match self.columns.as_slice() {
+            [a, b] => Some((text(a)?, text(b)?)),
+            _ => None,
+        }
+    }
+
+    /// Whether this batch is a marker (end of day, schema change) rather
+    /// than rows of a table.
+    pub fn is_marker(&self) -> bool {
+        self.table == END_OF_DAY_TABLE || self.table == SCHEMA_CHANGE_TABLE
+    }
+
+    /// This batch with null columns appended up to `def`'s columns: a batch
+    /// written before `ALTER TABLE ... ADD COLUMN` (a prefix of the table's
+    /// columns, since columns are only ever added at the end), as the table
+    /// is now. Err names the first column whose type differs.
+    pub fn widen(mut self, def: &TableDef) -> Result<Batch, String> {
+        if self.is_clear_marker() || self.columns.len() == def.columns.len() {
+            return Ok(self);
+        }
+        if self.columns.len() > def.columns.len() {
+            return Err(format!(
+                "table '{}' has {} columns, batch has {}",
+                def.name,
+                def.columns.len(),
+                self.columns.len()
+            ));
+        }
+        for (c, d) in self.columns.iter().zip(&def.columns) {
+            if c.data.ty() != d.ty {
+                return Err(format!(
+                    "table '{}' column '{}' is {}, batch has {}",
+                    def.name,
+                    d.name,
+                    d.ty.name(),
+                    c.data.ty().name()
+                ));
+            }
+        }
+        let rows = self.rows;
+        for d in &def.columns[self.columns.len()..] {
+            self.columns.push(Column::nulls(d.ty, rows));
+        }
+        Ok(self)
     }
 
     /// An update that ends the trading day `date` (days since 1970-01-01, as

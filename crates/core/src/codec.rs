@@ -175,6 +175,20 @@ impl<'a> Reader<'a> {
 /// Decodes an update. With `schema`, each table must exist and its columns
 /// must match the definition in count and type.
 pub fn decode(buf: &[u8], schema: Option<&Schema>) -> Result<Vec<Batch>> {
+    decode_with(buf, schema, false)
+}
+
+/// Decodes an update under `schema`, which may be newer than the one it was
+/// written under: a batch may hold a prefix of its table's columns (it was
+/// written before `ALTER TABLE ... ADD COLUMN`, which only ever adds columns
+/// at the end) and gets nulls in the rest. What an rdb replaying a journal
+/// under the tp's newest schema uses; everything else is checked as
+/// `decode` checks it.
+pub fn decode_widened(buf: &[u8], schema: &Schema) -> Result<Vec<Batch>> {
+    decode_with(buf, Some(schema), true)
+}
+
+fn decode_with(buf: &[u8], schema: Option<&Schema>, widen: bool) -> Result<Vec<Batch>> {
     let mut r = Reader { buf, pos: 0 };
     let version = r.u8()?;
     if version != CODEC_VERSION {
@@ -188,7 +202,7 @@ pub fn decode(buf: &[u8], schema: Option<&Schema>) -> Result<Vec<Batch>> {
     }
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
-        out.push(decode_batch(&mut r, schema)?);
+        out.push(decode_batch(&mut r, schema, widen)?);
     }
     if r.pos != buf.len() {
         return Err(r.err(format!("{} trailing bytes", buf.len() - r.pos)));
@@ -216,7 +230,36 @@ fn decode_end_of_day(r: &mut Reader<'_>, rows: usize, ncols: usize) -> Result<Ba
     Ok(Batch::end_of_day(date))
 }
 
-fn decode_batch(r: &mut Reader<'_>, schema: Option<&Schema>) -> Result<Batch> {
+/// A schema-change marker: exactly one row of two string columns, no
+/// validity bitmaps, both UTF-8 (the new schema's TOML, the change in words).
+fn decode_schema_change(r: &mut Reader<'_>, rows: usize, ncols: usize) -> Result<Batch> {
+    if rows != 1 || ncols != 2 {
+        return Err(r.err(format!(
+            "schema-change marker has {rows} rows and {ncols} columns, not 1 and 2"
+        )));
+    }
+    let mut texts = Vec::with_capacity(2);
+    for _ in 0..2 {
+        let tag = r.u8()?;
+        if tag != ColumnType::Str.tag() {
+            return Err(r.err(format!(
+                "schema-change marker has a column of type tag {tag}, not string"
+            )));
+        }
+        if r.u8()? != 0 {
+            return Err(r.err("schema-change marker has a validity bitmap"));
+        }
+        let first = u32::from_le_bytes(r.fixed::<4>(1)?[0]);
+        let end = u32::from_le_bytes(r.fixed::<4>(1)?[0]);
+        if first != 0 {
+            return Err(r.err("schema-change marker's offsets do not start at 0"));
+        }
+        texts.push(r.utf8(end as usize)?);
+    }
+    Ok(Batch::schema_change(&texts[0], &texts[1]))
+}
+
+fn decode_batch(r: &mut Reader<'_>, schema: Option<&Schema>, widen: bool) -> Result<Batch> {
     let name_len = r.u16()? as usize;
     let table = r.utf8(name_len)?;
     let rows = r.u32()? as usize;
@@ -227,13 +270,20 @@ fn decode_batch(r: &mut Reader<'_>, schema: Option<&Schema>) -> Result<Batch> {
     if table == crate::batch::END_OF_DAY_TABLE {
         return decode_end_of_day(r, rows, ncols);
     }
+    if table == crate::batch::SCHEMA_CHANGE_TABLE {
+        return decode_schema_change(r, rows, ncols);
+    }
     let def = match schema {
         Some(s) => {
             let def = s
                 .table(&table)
                 .ok_or_else(|| CoreError::UnknownTable(table.clone()))?;
-            // No rows and no columns: a clear marker (Batch::clear_marker).
-            if def.columns.len() != ncols && !(rows == 0 && ncols == 0) {
+            // Widening takes any non-empty prefix of the columns. No rows
+            // and no columns: a clear marker (Batch::clear_marker).
+            let fits = def.columns.len() == ncols
+                || (widen && ncols >= 1 && ncols < def.columns.len())
+                || (rows == 0 && ncols == 0);
+            if !fits {
                 return Err(r.err(format!(
                     "table '{table}' has {} columns, batch has {ncols}",
                     def.columns.len()
@@ -348,11 +398,20 @@ fn decode_batch(r: &mut Reader<'_>, schema: Option<&Schema>) -> Result<Batch> {
         };
         columns.push(Column { data, valid });
     }
-    Ok(Batch {
+    let batch = Batch {
         table,
         rows,
         columns,
-    })
+    };
+    match def {
+        Some(def) if widen && batch.columns.len() < def.columns.len() => {
+            batch.widen(def).map_err(|reason| CoreError::Corrupt {
+                offset: r.pos,
+                reason,
+            })
+        }
+        _ => Ok(batch),
+    }
 }
 
 #[cfg(test)]
@@ -419,6 +478,60 @@ mod tests {
             let e = decode(&bad, None).unwrap_err().to_string();
             assert!(e.contains("end-of-day marker"), "{e}");
         }
+    }
+
+    #[test]
+    fn schema_change_markers_round_trip_byte_for_byte_as_documented() {
+        let enc = encode_to_vec(&[Batch::schema_change("T", "W!")]);
+        // docs/journal.md, "Schema-change marker".
+        let mut want = vec![1u8, 1, 0, 9, 0];
+        want.extend_from_slice(b".u.schema");
+        want.extend_from_slice(&[1, 0, 0, 0, 2, 0]);
+        want.extend_from_slice(&[7, 0, 0, 0, 0, 0, 1, 0, 0, 0, b'T']);
+        want.extend_from_slice(&[7, 0, 0, 0, 0, 0, 2, 0, 0, 0, b'W', b'!']);
+        assert_eq!(enc, want);
+        // Under any schema: it carries its own.
+        let got = decode(&enc, Some(&Schema::default_schema())).unwrap();
+        assert_eq!(got[0].schema_change_text(), Some(("T", "W!")));
+        assert!(got[0].is_marker() && !got[0].is_clear_marker());
+        // Any other shape is refused.
+        let mut bad = want.clone();
+        bad[5 + 9 + 4] = 1; // one column
+        assert!(decode(&bad, None).is_err());
+    }
+
+    #[test]
+    fn widening_fills_the_columns_added_since_with_nulls() {
+        let old = Schema::default_schema();
+        let mut new = old.clone();
+        let trade = new.tables.iter_mut().find(|t| t.name == "trade").unwrap();
+        for (name, ty) in [("venue", ColumnType::Symbol), ("note", ColumnType::Str)] {
+            trade.columns.push(crate::schema::ColumnDef {
+                name: name.into(),
+                ty,
+                domain: crate::domain::Domain::Dram,
+            });
+        }
+        let mut b = BatchBuilder::new(old.table("trade").unwrap());
+        for i in 0..3 {
+            b.set(0, Value::Timestamp(i));
+            b.set(1, Value::Symbol("A"));
+            b.set(2, Value::F64(1.0));
+            b.set(3, Value::I64(i));
+            b.end_row();
+        }
+        let enc = encode_to_vec(&[b.finish()]);
+        // Strictly, the record does not fit the new schema...
+        assert!(decode(&enc, Some(&new)).is_err());
+        // ...widened, it has nulls in the new columns.
+        let w = decode_widened(&enc, &new).unwrap();
+        assert_eq!(w[0].columns.len(), 6);
+        assert!((0..3).all(|i| !w[0].columns[4].is_valid(i) && !w[0].columns[5].is_valid(i)));
+        // and decodes strictly once re-encoded.
+        assert_eq!(decode(&encode_to_vec(&w), Some(&new)).unwrap(), w);
+        // A batch with more columns than the table, or another type in a
+        // column, is still refused.
+        assert!(decode_widened(&encode_to_vec(&w), &old).is_err());
     }
 
     #[test]

@@ -18,6 +18,10 @@ pub enum CoreError {
         column: String,
         reason: String,
     },
+    /// A schema change (`CREATE TABLE`, `ALTER TABLE ... ADD COLUMN`) that
+    /// cannot be made; the reason names what was wrong. Nothing was applied.
+    #[error("{0}")]
+    SchemaChange(String),
     #[error("corrupt batch encoding at byte {offset}: {reason}")]
     Corrupt { offset: usize, reason: String },
     #[error("memory domain file {path}: {source}")]

@@ -9,6 +9,7 @@ pub mod domain;
 pub mod error;
 pub mod from_arrow;
 pub mod schema;
+pub mod schema_change;
 pub mod schema_diff;
 mod schema_file;
 pub mod store;

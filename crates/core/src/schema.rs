@@ -170,7 +170,9 @@ struct ColumnFile {
     domain: Option<Spanned<String>>,
 }
 
-fn valid_name(name: &str) -> bool {
+/// Whether `name` may name a table or a column: 1 to `NAME_BYTES_MAX` ASCII
+/// letters, digits or `_`, not starting with a digit.
+pub fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= NAME_BYTES_MAX
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
@@ -402,6 +404,42 @@ impl Schema {
             return Err(err("no [[table]] defined".to_string()));
         }
         Ok(Schema { tables })
+    }
+
+    /// The schema as a TOML schema file that parses back to the same
+    /// schema (`Schema::parse`), domains included: what a run-time schema
+    /// change records in the journal and sends to subscribers. Names are
+    /// valid identifiers (checked when the schema was made), so they need
+    /// no escaping.
+    pub fn to_toml(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        for t in &self.tables {
+            let _ = writeln!(out, "[[table]]\nname = \"{}\"", t.name);
+            if let TableKind::Keyed { key } = &t.kind {
+                let names: Vec<String> = key
+                    .iter()
+                    .map(|i| format!("\"{}\"", t.columns[*i].name))
+                    .collect();
+                let _ = writeln!(out, "kind = \"keyed\"\nkey = [{}]", names.join(", "));
+            }
+            let _ = writeln!(out, "timestamp = \"{}\"", t.columns[t.time_column].name);
+            if let Some(i) = t.sym_column {
+                let _ = writeln!(out, "index = \"{}\"", t.columns[i].name);
+            }
+            out.push_str("column = [\n");
+            for c in &t.columns {
+                let _ = writeln!(
+                    out,
+                    "  {{ name = \"{}\", type = \"{}\", domain = \"{}\" }},",
+                    c.name,
+                    c.ty.name(),
+                    c.domain.name()
+                );
+            }
+            out.push_str("]\n\n");
+        }
+        out
     }
 
     pub fn table(&self, name: &str) -> Option<&TableDef> {

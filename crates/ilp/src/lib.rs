@@ -89,6 +89,7 @@
 //! `line_no` / `first_line_no` the caller passes) and the reason, and a bad
 //! line leaves nothing behind in the batches.
 
+pub mod infer;
 mod scan;
 
 use scan::{FieldValue, Quoted, Stop, Token};

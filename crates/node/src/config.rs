@@ -150,6 +150,13 @@ pub struct TpArgs {
     #[arg(long, default_value_t = tickdb_tp::ilp_tcp::TCP_CONNECTIONS_MAX,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub ilp_connections_max: usize,
+    /// Create the tables and columns an ILP line names that the schema
+    /// lacks, as QuestDB and InfluxDB do, instead of refusing the line:
+    /// tags become symbol columns, `1.5` f64, `1i` i64, `"s"` string, `t`
+    /// bool, `1t`/`1n` timestamp; a new table's designated timestamp is
+    /// `timestamp`. Each change is journaled like ALTER TABLE (docs/ilp.md).
+    #[arg(long)]
+    pub ilp_auto_create: bool,
     /// Start even if the journal has corruption followed by valid records,
     /// a missing segment or a sequence gap: keep the longest consistent
     /// prefix and report what was dropped (moved aside, not deleted).

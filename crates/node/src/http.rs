@@ -298,13 +298,25 @@ async fn write(
         Ok(b) => b,
         Err(r) => return r,
     };
-    let schema = tp.schema().clone();
     let line_max = tp.config().line_bytes_max;
     // Parsing 10k-line requests is CPU work: keep it off the I/O threads.
-    let parsed = tokio::task::spawn_blocking(move || {
-        tickdb_tp::ingest::parse_request(&schema, &bytes, precision, line_max)
-    })
-    .await;
+    let parse = |schema: Arc<tickdb_core::Schema>, bytes: bytes::Bytes| {
+        tokio::task::spawn_blocking(move || {
+            tickdb_tp::ingest::parse_request(&schema, &bytes, precision, line_max)
+        })
+    };
+    let mut parsed = parse(tp.schema(), bytes.clone()).await;
+    // --ilp-auto-create: the tables and columns the lines name are created
+    // (one journaled schema change), and the request parsed again.
+    if let Ok(Err(e)) = &parsed {
+        if tickdb_tp::ingest::names_unknown(e) {
+            match tp.auto_create(&bytes).await {
+                Ok(true) => parsed = parse(tp.schema(), bytes.clone()).await,
+                Ok(false) => {}
+                Err(e) => return tp_error(e),
+            }
+        }
+    }
     let batches = match parsed {
         Ok(Ok(b)) => b,
         Ok(Err(e)) => return tp_error(e),
@@ -779,6 +791,7 @@ struct ExecParams {
 async fn exec(
     State(s): State<AppState>,
     Query(p): Query<ExecParams>,
+    logged_in: Option<axum::Extension<crate::http_auth::LoggedIn>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -808,6 +821,16 @@ async fn exec(
             json!({}),
         );
     };
+    // CREATE TABLE and ALTER TABLE ... ADD COLUMN: run by the tp, by an
+    // admin (docs/sql.md, "Schema changes"); QuestDB answers {"ddl":"OK"}.
+    let user = logged_in.map(|u| u.0 .0.clone());
+    match engine.run_ddl(&sql, user.as_deref()).await {
+        Ok(None) => {}
+        Ok(Some(done)) => {
+            return json_ok(json!({ "ddl": "OK", "seq": done.seq }));
+        }
+        Err(e) => return query_error(&sql, e),
+    }
     let name = p.format.as_deref().unwrap_or("json");
     let Some(format) = Format::parse(name) else {
         return json_error(

@@ -12,6 +12,8 @@
 //! - `http`, `http_server`: the HTTP API and its listener's limits
 //! - `security`, `http_auth`: users, roles and protected mode; the HTTP
 //!   port's authentication and cross-site request refusal
+//! - `ddl`: `CREATE TABLE` and `ALTER TABLE ... ADD COLUMN` by an admin,
+//!   run by the tp
 //! - `query_group`: the query ports as members of `rp,PORT` groups: join
 //!   when ready, busy steering, group changes logged
 //! - `drain`: graceful drain on SIGTERM or `POST /admin/drain`
@@ -24,6 +26,7 @@
 
 pub mod config;
 pub mod config_file;
+mod ddl;
 mod demo_feed;
 pub mod drain;
 mod embedded_rdb;

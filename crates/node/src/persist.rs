@@ -37,18 +37,27 @@ pub fn open(a: &HotArgs) -> Result<Option<HotRestart>, String> {
 pub fn rdb(
     hot: Option<HotRestart>,
     schema: &Schema,
-    schema_toml: &str,
     mem: &MemArgs,
     tables: &[String],
     symbols: &[String],
 ) -> Result<Arc<Rdb>, String> {
-    let store = crate::roles::make_store(schema, mem)?;
     let Some(hot) = hot else {
-        return Ok(Rdb::new(store));
+        return Ok(Rdb::new(crate::roles::make_store(schema, mem)?));
     };
+    // A checkpoint taken before a run-time schema change (tables or columns
+    // added since) is restored under its own schema: the journal after it
+    // holds the change, and replaying it brings the store up to `schema`.
+    let stored = hot
+        .checkpoint_found()
+        .and_then(|m| Schema::parse(&m.schema_toml, "hot restart checkpoint").ok())
+        .filter(|stored| {
+            tickdb_core::schema_change::extension(stored, schema)
+                .is_ok_and(|added| !added.is_empty())
+        });
+    let store = crate::roles::make_store(stored.as_ref().unwrap_or(schema), mem)?;
     let started = Instant::now();
     let report = hot
-        .restore(&store, schema_toml, tables, symbols)
+        .restore(&store, tables, symbols)
         .map_err(|e| e.to_string())?;
     if report.seq > 0 {
         let rows: u64 = report.rows.values().sum();

@@ -250,6 +250,7 @@ fn tp_config(
         ilp_idle_timeout_s: a.ilp_idle_timeout_s,
         ilp_partial_line_timeout_s: a.ilp_partial_line_timeout_s,
         ilp_connections_max: a.ilp_connections_max,
+        ilp_auto_create: a.ilp_auto_create,
         standby_of: crate::replication::standby_of(&a.repl),
         sync: a.repl.sync_policy(),
         first_seq: None,
@@ -689,6 +690,9 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
     .await?;
     let hot = hot?;
     let tp = tp?;
+    // The schema the tp runs under: the given one, or the journal's when it
+    // grew at run time (CREATE TABLE, ALTER TABLE ... ADD COLUMN).
+    let schema = (*tp.schema()).clone();
     if let Some(h) = &hot {
         h.check_compatible(&schema, &[], &[], tp.seq())
             .map_err(|e| e.to_string())?;
@@ -703,9 +707,9 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
     node.life
         .loading("restoring tables from the Hot Restart store", 0);
     let applied_rdb: Arc<std::sync::OnceLock<Arc<tickdb_rdb::Rdb>>> = Arc::default();
-    let (mem, schema2, toml2) = (a.mem.clone(), schema.clone(), toml.clone());
+    let (mem, schema2) = (a.mem.clone(), schema.clone());
     let rdb = blocking("restoring the rdb", move || {
-        crate::persist::rdb(hot, &schema2, &toml2, &mem, &[], &[])
+        crate::persist::rdb(hot, &schema2, &mem, &[], &[])
     })
     .await?;
     if let Some(r) = &reseeded {
@@ -760,6 +764,13 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
     };
     open_eod(&node, &rdb, &a.hdb, Some(tp.clone()), clock.clone())?;
     let engine = query_engine(rdb.store().clone(), &a.query, a.hdb.hdb.as_deref())?;
+    // CREATE TABLE and ALTER TABLE over /exec and PostgreSQL wire go to
+    // this node's tp.
+    engine.set_ddl(Arc::new(crate::ddl::TpDdl {
+        tp: tp.clone(),
+        rdb: rdb.clone(),
+        security: node.security(),
+    }));
     node.set_query(engine.clone());
     start_pg(ql.pg, &engine, &a.pg, &node);
     crate::eod_clock::spawn_schedule(tp.clone(), clock);
@@ -931,15 +942,14 @@ pub async fn rdb(a: RdbArgs) -> Result<(), String> {
     }
     node.life
         .loading("restoring tables from the Hot Restart store", 0);
-    let (mem, tables, symbols, schema2, toml2) = (
+    let (mem, tables, symbols, schema2) = (
         a.mem.clone(),
         a.tables.clone(),
         a.symbols.clone(),
         schema.clone(),
-        first.schema_toml.clone(),
     );
     let rdb = blocking("restoring the rdb", move || {
-        crate::persist::rdb(hot, &schema2, &toml2, &mem, &tables, &symbols)
+        crate::persist::rdb(hot, &schema2, &mem, &tables, &symbols)
     })
     .await?;
     node.set_rdb(rdb.clone());

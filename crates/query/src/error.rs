@@ -49,12 +49,21 @@ pub enum QueryError {
     /// A bug in tickdb or DataFusion.
     #[error("internal error: {0}")]
     Internal(String),
+    /// A schema change (`CREATE TABLE`, `ALTER TABLE`) that cannot be
+    /// made, or this node cannot make: the message names what was wrong.
+    /// Nothing was applied.
+    #[error("schema change refused: {0}")]
+    Ddl(String),
+    /// The user lacks the role the statement needs (`admin` for a schema
+    /// change). Nothing was applied.
+    #[error("permission denied: {0}")]
+    Forbidden(String),
 }
 
 impl QueryError {
     /// A stable name for the error class: `syntax`, `plan`, `timeout`,
     /// `resources_exhausted`, `too_complex`, `busy`, `not_ready`,
-    /// `cancelled`, `execution`, `internal`.
+    /// `cancelled`, `execution`, `internal`, `ddl`, `forbidden`.
     pub fn kind(&self) -> &'static str {
         match self {
             QueryError::Syntax { .. } => "syntax",
@@ -67,6 +76,8 @@ impl QueryError {
             QueryError::Cancelled => "cancelled",
             QueryError::Execution(_) => "execution",
             QueryError::Internal(_) => "internal",
+            QueryError::Ddl(_) => "ddl",
+            QueryError::Forbidden(_) => "forbidden",
         }
     }
 
@@ -82,6 +93,8 @@ impl QueryError {
             QueryError::Cancelled => 499,
             QueryError::Execution(_) => 422,
             QueryError::Internal(_) => 500,
+            QueryError::Ddl(_) => 400,
+            QueryError::Forbidden(_) => 403,
         }
     }
 
@@ -104,7 +117,9 @@ impl QueryError {
             QueryError::TooComplex(m) | QueryError::Busy(m) | QueryError::NotReady(m) => m.clone(),
             QueryError::ResourcesExhausted(m)
             | QueryError::Execution(m)
-            | QueryError::Internal(m) => m.clone(),
+            | QueryError::Internal(m)
+            | QueryError::Ddl(m)
+            | QueryError::Forbidden(m) => m.clone(),
         }
     }
 }

@@ -10,6 +10,7 @@ pub mod asof;
 mod asof_merge;
 pub mod checked;
 pub mod context;
+pub mod ddl;
 pub mod deadline;
 pub mod encode;
 mod error;
@@ -141,6 +142,13 @@ struct Inner {
     store: Arc<Store>,
     pool: pool::QueryPool,
     readiness: OnceLock<Arc<dyn Readiness>>,
+    /// The store's schema version the registered tables follow.
+    tables_version: std::sync::atomic::AtomicU64,
+    /// Held while one query registers the tables of a schema change.
+    registering: parking_lot::Mutex<()>,
+    /// Runs `CREATE TABLE` and `ALTER TABLE` (`ddl`): set on a node with a
+    /// tp; without one they are refused.
+    ddl: OnceLock<Arc<dyn ddl::DdlExec>>,
 }
 
 /// A running query's batches, computed on the query threads a few ahead
@@ -247,9 +255,130 @@ impl QueryEngine {
             .build();
         let ctx = SessionContext::new_with_state(state);
         let pool = pool::QueryPool::new(opts.threads, opts.concurrency, opts.queue_max)?;
+        let version = store.schema_version();
+        register_tables(&ctx, &store, &opts, &[])?;
+        udf::register(&ctx);
+        asof::register(&ctx);
+        checked::install(&ctx, opts.memory_limit_bytes);
+        // pg_catalog (pg_class, pg_attribute, ...) and the functions psql's
+        // \d and \dt call; harmless to HTTP users, who may query it too.
+        datafusion_postgres::datafusion_pg_catalog::setup_pg_catalog(
+            &ctx,
+            "datafusion",
+            datafusion_postgres::datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider,
+        )
+        .map_err(|e| QueryError::Internal(format!("pg_catalog: {e}")))?;
+        // After pg_catalog: its pg_backend_pid() answers a constant 1.
+        pgfns::register(&ctx);
+        Ok(QueryEngine {
+            inner: Arc::new(Inner {
+                ctx,
+                opts,
+                store,
+                pool,
+                readiness: OnceLock::new(),
+                tables_version: std::sync::atomic::AtomicU64::new(version),
+                registering: parking_lot::Mutex::new(()),
+                ddl: OnceLock::new(),
+            }),
+        })
+    }
+
+    /// Registers the tables again once the store's schema changed (a table
+    /// created, columns added at run time): called before every query is
+    /// planned; one comparison when nothing changed. A query planned before
+    /// the change keeps the table as it was (`TickTable::scan` reads only
+    /// the columns it planned).
+    fn sync_tables(&self) {
+        use std::sync::atomic::Ordering;
+        let i = &self.inner;
+        let now = i.store.schema_version();
+        if i.tables_version.load(Ordering::Acquire) == now {
+            return;
+        }
+        let _one = i.registering.lock();
+        if i.tables_version.load(Ordering::Acquire) == now {
+            return;
+        }
+        let registered: Vec<String> = i
+            .ctx
+            .catalog("datafusion")
+            .and_then(|c| c.schema("public"))
+            .map(|s| s.table_names())
+            .unwrap_or_default();
+        match register_tables(&i.ctx, &i.store, &i.opts, &registered) {
+            Ok(()) => i.tables_version.store(now, Ordering::Release),
+            Err(e) => tracing::error!("registering the tables after a schema change: {e}"),
+        }
+    }
+
+    /// Sets what runs `CREATE TABLE` and `ALTER TABLE` (the node's tp).
+    pub fn set_ddl(&self, d: Arc<dyn ddl::DdlExec>) {
+        let _ = self.inner.ddl.set(d);
+    }
+
+    /// Runs a `CREATE TABLE` or `ALTER TABLE ... ADD COLUMN` statement as
+    /// `user` (None: a node without users, where everyone may). `Ok(None)`
+    /// when `sql` is not such a statement (the caller runs it as a query).
+    pub async fn run_ddl(
+        &self,
+        sql: &str,
+        user: Option<&str>,
+    ) -> Result<Option<ddl::DdlOutcome>, QueryError> {
+        if !ddl::looks_like_ddl(sql) {
+            return Ok(None);
+        }
+        limits::check_text(sql)?;
+        let Some(ops) = ddl::parse(sql)? else {
+            return Ok(None);
+        };
+        self.exec_ddl(ops, sql, user).await.map(Some)
+    }
+
+    /// Runs parsed schema changes (see `run_ddl`).
+    pub async fn exec_ddl(
+        &self,
+        ops: Vec<tickdb_core::schema_change::SchemaOp>,
+        sql: &str,
+        user: Option<&str>,
+    ) -> Result<ddl::DdlOutcome, QueryError> {
+        let Some(d) = self.inner.ddl.get() else {
+            return Err(QueryError::Ddl(
+                "this node has no tickerplant: run CREATE TABLE and ALTER TABLE on the node that takes writes (tickdb up or tickdb tp)".into(),
+            ));
+        };
+        let outcome = d
+            .exec(ops, sql.trim().to_string(), user.map(str::to_string))
+            .await?;
+        // The embedded rdb applies the change from the tp's stream; a
+        // query right after the statement must see it, so wait (briefly)
+        // for this node's store to catch up to the change's seq.
+        if let Some(seq) = outcome.seq {
+            d.wait_applied(seq).await;
+        }
+        self.sync_tables();
+        Ok(outcome)
+    }
+}
+
+/// Registers every table of `store`'s schema (after dropping the ones in
+/// `replace`), and the `latest` table function over them.
+fn register_tables(
+    ctx: &SessionContext,
+    store: &Arc<Store>,
+    opts: &QueryOptions,
+    replace: &[String],
+) -> Result<(), QueryError> {
+    {
         let mut tables = std::collections::HashMap::new();
         let mut hist = std::collections::HashMap::new();
         for t in &store.schema().tables {
+            if replace.contains(&t.name) {
+                ctx.deregister_table(TableReference::bare(t.name.as_str()))
+                    .map_err(|e| {
+                        QueryError::Internal(format!("replacing table '{}': {e}", t.name))
+                    })?;
+            }
             let append = matches!(t.kind, tickdb_core::schema::TableKind::Append);
             let registered: Arc<dyn datafusion::catalog::TableProvider> = match &opts.hdb {
                 Some(root) if append => {
@@ -279,30 +408,11 @@ impl QueryEngine {
                 })?;
         }
         ctx.register_udtf(latest::NAME, Arc::new(latest::LatestFunc { tables, hist }));
-        udf::register(&ctx);
-        asof::register(&ctx);
-        checked::install(&ctx, opts.memory_limit_bytes);
-        // pg_catalog (pg_class, pg_attribute, ...) and the functions psql's
-        // \d and \dt call; harmless to HTTP users, who may query it too.
-        datafusion_postgres::datafusion_pg_catalog::setup_pg_catalog(
-            &ctx,
-            "datafusion",
-            datafusion_postgres::datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider,
-        )
-        .map_err(|e| QueryError::Internal(format!("pg_catalog: {e}")))?;
-        // After pg_catalog: its pg_backend_pid() answers a constant 1.
-        pgfns::register(&ctx);
-        Ok(QueryEngine {
-            inner: Arc::new(Inner {
-                ctx,
-                opts,
-                store,
-                pool,
-                readiness: OnceLock::new(),
-            }),
-        })
     }
+    Ok(())
+}
 
+impl QueryEngine {
     /// From now on every query first asks `r` whether the node is ready.
     pub fn set_readiness(&self, r: Arc<dyn Readiness>) {
         let _ = self.inner.readiness.set(r);
@@ -366,6 +476,7 @@ impl QueryEngine {
     /// The session state one query plans and runs with: the engine's, with
     /// the query's context attached for the physical planner.
     fn state_for(&self, ctx: &QueryCtx) -> SessionState {
+        self.sync_tables();
         let mut state = self.inner.ctx.state();
         state.config_mut().set_extension(Arc::new(ctx.clone()));
         state

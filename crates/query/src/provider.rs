@@ -426,6 +426,17 @@ impl TableProvider for TickTable {
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let snap = self.snapshot()?;
+        // Columns added to the table since this provider was registered
+        // (a query planned before `ALTER TABLE ... ADD COLUMN`): only the
+        // columns planned are read.
+        let planned: Vec<usize>;
+        let projection = match projection {
+            None if snap.schema.fields().len() != self.schema.fields().len() => {
+                planned = (0..self.schema.fields().len()).collect();
+                Some(&planned)
+            }
+            p => p,
+        };
         let pruning = self.pruning(filters);
         let batch_rows = state.config().batch_size().max(1);
         let batches = scan_batches(&snap, &pruning, projection, batch_rows)?;

@@ -14,6 +14,8 @@ use tickdb_core::Batch;
 /// Every table as of one applied sequence (`Rdb::consistent_cut`).
 pub struct TablesCut {
     pub seq: u64,
+    /// The store's schema as of `seq` (the tables' columns as cut).
+    pub schema: Arc<tickdb_core::Schema>,
     pub tables: Vec<tickdb_core::store::TableSnapshot>,
     /// How long updates waited while the cut was taken.
     pub pause: std::time::Duration,
@@ -105,11 +107,13 @@ impl Rdb {
     /// table is taken (`pause`; the snapshots are built after); a checkpoint
     /// and a standby's reseed both start from one.
     pub fn consistent_cut(&self) -> Result<TablesCut, tickdb_core::CoreError> {
-        let (seq, pins, pause) = self.paused(|seq| {
+        let (seq, schema, pins, pause) = self.paused(|seq| {
             let held = std::time::Instant::now();
+            let schema = self.store.schema();
             if let Some(d) = self.store.days().closing().first() {
                 return (
                     seq,
+                    schema,
                     Err(tickdb_core::CoreError::DayClosing {
                         date: tickdb_core::store::date_string(d.date),
                         seq: d.seq,
@@ -117,20 +121,23 @@ impl Rdb {
                     held.elapsed(),
                 );
             }
-            let pins: Result<Vec<_>, _> = self
-                .store
-                .schema()
+            let pins: Result<Vec<_>, _> = schema
                 .tables
                 .iter()
                 .map(|t| self.store.pin(&t.name))
                 .collect();
-            (seq, pins, held.elapsed())
+            (seq, schema, pins, held.elapsed())
         });
         let tables = pins?
             .iter()
             .map(|p| p.raw_snapshot())
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(TablesCut { seq, tables, pause })
+        Ok(TablesCut {
+            seq,
+            schema,
+            tables,
+            pause,
+        })
     }
 
     pub fn store(&self) -> &Arc<Store> {
@@ -160,6 +167,10 @@ impl Rdb {
         }
         let mut day_ended = false;
         for b in batches {
+            if let Some((toml, what)) = b.schema_change_text() {
+                self.change_schema(seq, toml, what)?;
+                continue;
+            }
             let done = match b.end_of_day_date() {
                 Some(date) if self.ends_days.load(Ordering::Relaxed) => {
                     day_ended = true;
@@ -193,6 +204,29 @@ impl Rdb {
             reason: e.to_string(),
         })?;
         Ok(true)
+    }
+
+    /// Applies a schema-change marker met at `seq` (see
+    /// `Batch::schema_change`): the store takes the new tables and columns,
+    /// the rows already there reading as nulls in them. A marker the store
+    /// already holds (a replay under a newer schema) changes nothing.
+    fn change_schema(&self, seq: u64, toml: &str, what: &str) -> Result<(), RdbError> {
+        let schema = tickdb_core::Schema::parse(toml, &format!("the schema change at seq {seq}"))
+            .map_err(|e| RdbError::Corrupt {
+            seq,
+            reason: e.to_string(),
+        })?;
+        let changed = self
+            .store
+            .change_schema(&schema)
+            .map_err(|e| RdbError::Apply {
+                seq,
+                reason: format!("schema change ({what}): {e}"),
+            })?;
+        if changed {
+            tracing::info!("schema changed at seq {seq}: {what}");
+        }
+        Ok(())
     }
 
     /// From now on an end-of-day marker moves the day out of the tables
@@ -241,8 +275,10 @@ impl Rdb {
         if seq <= self.applied_seq() {
             return Ok(false);
         }
+        // Under the newest schema this rdb knows: a record written before a
+        // column was added holds a prefix of the table's columns.
         let batches =
-            tickdb_core::codec::decode(payload, Some(self.store.schema())).map_err(|e| {
+            tickdb_core::codec::decode_widened(payload, &self.store.schema()).map_err(|e| {
                 RdbError::Corrupt {
                     seq,
                     reason: e.to_string(),
@@ -313,5 +349,68 @@ mod tests {
         assert!(rdb.apply(2, &[one_trade(&schema, 2)]).unwrap());
         assert_eq!(rdb.status().tables["trade"].rows, 2);
         assert_eq!(rdb.applied_seq(), 2);
+    }
+
+    #[test]
+    fn a_schema_change_applies_in_sequence_and_old_records_widen() {
+        use tickdb_core::schema_change::{apply, NewColumn, SchemaOp};
+        let schema = Arc::new(Schema::default_schema());
+        let rdb = Rdb::new(Arc::new(
+            Store::new(schema.clone(), Domains::new(None).unwrap()).unwrap(),
+        ));
+        let enc = |b: &[Batch]| tickdb_core::codec::encode_to_vec(b);
+        assert!(rdb
+            .apply_payload(1, &enc(&[one_trade(&schema, 1)]))
+            .unwrap());
+        let next = apply(
+            &schema,
+            &[SchemaOp::AddColumn {
+                table: "trade".into(),
+                column: NewColumn {
+                    name: "venue".into(),
+                    ty: tickdb_core::ColumnType::Symbol,
+                },
+                if_not_exists: false,
+            }],
+        )
+        .unwrap()
+        .unwrap();
+        let marker =
+            Batch::schema_change(&next.to_toml(), "ALTER TABLE trade ADD COLUMN venue symbol");
+        assert!(rdb
+            .apply_payload(2, &enc(std::slice::from_ref(&marker)))
+            .unwrap());
+        assert_eq!(
+            rdb.store().schema().table("trade").unwrap().columns.len(),
+            5
+        );
+        // A record written under the old layout (a replay) reads as null in
+        // the new column; one under the new layout has its value.
+        assert!(rdb
+            .apply_payload(3, &enc(&[one_trade(&schema, 3)]))
+            .unwrap());
+        let mut b = BatchBuilder::new(next.table("trade").unwrap());
+        b.set(0, Value::Timestamp(4));
+        b.set(1, Value::Symbol("A"));
+        b.set(2, Value::F64(1.0));
+        b.set(3, Value::I64(4));
+        b.set(4, Value::Symbol("XNYS"));
+        b.end_row();
+        assert!(rdb.apply_payload(4, &enc(&[b.finish()])).unwrap());
+        // The same change met again (a replay under the newer schema)
+        // changes nothing.
+        assert!(rdb.apply_payload(5, &enc(&[marker])).unwrap());
+        let snap = rdb.store().snapshot("trade").unwrap();
+        assert_eq!(snap.rows, 3);
+        use arrow_array::Array;
+        let venue: Vec<bool> = snap
+            .chunks
+            .iter()
+            .flat_map(|c| {
+                let a = c.batch.column(4);
+                (0..a.len()).map(|i| a.is_valid(i)).collect::<Vec<_>>()
+            })
+            .collect();
+        assert_eq!(venue, [false, false, true]);
     }
 }

@@ -69,7 +69,7 @@ fn a_marker_moves_the_day_out_and_checkpoints_wait_for_its_commit() {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::new(schema.clone(), Domains::new(None).unwrap()).unwrap());
     let h = hot(dir.path());
-    h.restore(&store, SCHEMA, &[], &[]).unwrap();
+    h.restore(&store, &[], &[]).unwrap();
     let rdb = Rdb::restored(store, 0);
     rdb.attach_hot_restart(Arc::new(h));
     rdb.end_days();
@@ -109,7 +109,7 @@ fn a_marker_moves_the_day_out_and_checkpoints_wait_for_its_commit() {
 
     // A restart restores only the next day's rows.
     let store = Arc::new(Store::new(schema.clone(), Domains::new(None).unwrap()).unwrap());
-    let report = hot(dir.path()).restore(&store, SCHEMA, &[], &[]).unwrap();
+    let report = hot(dir.path()).restore(&store, &[], &[]).unwrap();
     assert_eq!(report.seq, 4);
     let rdb = Rdb::restored(store, report.seq);
     assert_eq!(rows(&rdb, "trade"), 1);

@@ -377,8 +377,9 @@ pub async fn connect_any(
 }
 
 /// The primary's schema history for this standby's journal: installed
-/// (durably) when the journal has none; otherwise it must be the same file.
-/// Returns the schema text in force now.
+/// (durably) when the journal has none; otherwise it must be the same file,
+/// or its start (schema changes the standby has yet to receive). Returns
+/// the schema text the standby runs under now.
 pub fn adopt_schema(journal_dir: &Path, primary_history: &[u8]) -> Result<String, ReplError> {
     use tickdb_journal::schema_history::{SchemaHistory, SCHEMA_HISTORY_FILE};
     let path = journal_dir.join(SCHEMA_HISTORY_FILE);
@@ -386,6 +387,20 @@ pub fn adopt_schema(journal_dir: &Path, primary_history: &[u8]) -> Result<String
         .map_err(|e| ReplError::Protocol(format!("the primary's schema history: {e}")))?;
     match std::fs::read(&path) {
         Ok(ours) if ours == primary_history => {}
+        // A standby that was away while its primary's schema changed at
+        // run time (CREATE TABLE, ALTER TABLE) holds the start of the
+        // primary's history: the changes it lacks come as schema-change
+        // markers in the records it has yet to receive, and its journal
+        // records each as it appends it. It runs under its own schema
+        // until then.
+        Ok(ours)
+            if SchemaHistory::decode(&ours, &path)
+                .is_ok_and(|o| theirs.entries().starts_with(o.entries())) =>
+        {
+            let ours = SchemaHistory::decode(&ours, &path)
+                .map_err(|e| ReplError::Protocol(format!("this standby's schema history: {e}")))?;
+            return Ok(ours.current().text.clone());
+        }
         Ok(_) => {
             return Err(ReplError::Refused(format!(
                 "this standby's schema history ({}) differs from its primary's: the primary's schema changed. \

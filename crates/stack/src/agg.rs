@@ -684,7 +684,7 @@ async fn session_inner(
     .map_err(|e| StackError::Protocol(format!("tp subscription: {e}")))?;
     let tp_addr = found.addr.clone();
     let current_seq = found.current_seq;
-    let schema = Schema::parse(&found.schema_toml, &format!("schema from tp {tp_addr}"))
+    let mut schema = Schema::parse(&found.schema_toml, &format!("schema from tp {tp_addr}"))
         .map_err(|e| StackError::Protocol(e.to_string()))?;
     let mut sub = found.stream;
     match agg_slot {
@@ -754,9 +754,18 @@ async fn session_inner(
                                 "sequence gap: expected {}, got {seq}", *next_seq
                             )));
                         }
-                        let batches = tickdb_core::codec::decode(&payload, Some(&schema))
+                        // Under the newest schema seen: an update from
+                        // before a column was added has nulls in it.
+                        let batches = tickdb_core::codec::decode_widened(&payload, &schema)
                             .map_err(|e| StackError::Protocol(format!("update {seq}: {e}")))?;
                         for b in &batches {
+                            // A schema change (CREATE TABLE, ALTER TABLE):
+                            // the updates after it follow the new schema.
+                            if let Some((toml, _)) = b.schema_change_text() {
+                                schema = Schema::parse(toml, &format!("schema change at seq {seq}"))
+                                    .map_err(|e| StackError::Protocol(e.to_string()))?;
+                                continue;
+                            }
                             agg.fold(b)?;
                         }
                         *next_seq = seq + 1;

@@ -400,6 +400,11 @@ fn dump(dir: &Path, from: u64, limit: u64, rows: bool) -> ExitCode {
         match decoded {
             Ok(batches) => {
                 for b in &batches {
+                    if let Some((_, what)) = b.schema_change_text() {
+                        // The whole schema is `tickdb journal schema DIR --seq N`.
+                        println!("  schema change: {what}");
+                        continue;
+                    }
                     println!("  table {} rows {}", b.table, b.rows);
                     if rows {
                         print_rows(b);

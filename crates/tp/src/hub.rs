@@ -89,10 +89,9 @@ impl SubFilter {
         batches
             .iter()
             .filter(|b| {
-                // Every subscriber hears the end of day, whatever it follows.
-                self.tables.is_empty()
-                    || self.tables.contains(&b.table)
-                    || b.end_of_day_date().is_some()
+                // Every subscriber hears the end of day and schema
+                // changes, whatever it follows.
+                self.tables.is_empty() || self.tables.contains(&b.table) || b.is_marker()
             })
             .filter_map(|b| self.filter_symbols(b))
             .collect()
@@ -130,7 +129,7 @@ impl SubFilter {
     fn filter_symbols(&self, b: &Batch) -> Option<Batch> {
         // A clear marker empties the table whatever the symbols: a subscriber
         // to some symbols of a table holds those rows, and they go too.
-        if self.symbols.is_empty() || b.is_clear_marker() || b.end_of_day_date().is_some() {
+        if self.symbols.is_empty() || b.is_clear_marker() || b.is_marker() {
             return Some(b.clone());
         }
         // The first symbol column is the one subscriptions filter on, as the

@@ -393,7 +393,6 @@ async fn connection(mut conn: Conn, tp: &Tickerplant, first: Vec<u8>) -> Result<
         idle_s: cfg.ilp_idle_timeout_s,
         partial_line_s: cfg.ilp_partial_line_timeout_s,
     };
-    let schema = tp.schema().clone();
     let mut rb = ReadBuf::new();
     // Lines that came with the authentication exchange.
     rb.buf = first;
@@ -402,25 +401,36 @@ async fn connection(mut conn: Conn, tp: &Tickerplant, first: Vec<u8>) -> Result<
     // When the bytes of the unfinished line at the front of the buffer
     // began to arrive.
     let mut partial_since: Option<Instant> = None;
+    // Set after --ilp-auto-create changed the schema: the lines left in
+    // the buffer are parsed again before more are read.
+    let mut reparse: Option<bool> = None;
     loop {
-        let got = read_more(
-            &mut conn,
-            &mut rb,
-            &timeouts,
-            last_bytes,
-            partial_since,
-            line_no,
-        )
-        .await?;
-        let eof = match got {
-            Got::Late(closed) => return Ok(closed),
-            Got::Eof => true,
-            Got::Bytes => {
-                last_bytes = Instant::now();
-                false
+        let eof = match reparse.take() {
+            Some(eof) => eof,
+            None => {
+                let got = read_more(
+                    &mut conn,
+                    &mut rb,
+                    &timeouts,
+                    last_bytes,
+                    partial_since,
+                    line_no,
+                )
+                .await?;
+                match got {
+                    Got::Late(closed) => return Ok(closed),
+                    Got::Eof => true,
+                    Got::Bytes => {
+                        last_bytes = Instant::now();
+                        false
+                    }
+                }
             }
         };
         let buf = &mut rb.buf;
+        // Read again for every buffer: a table or column created at run
+        // time is taken from the next line on.
+        let schema = tp.schema();
         let mut batcher = IlpBatcher::new(&schema, opts());
         let (consumed, lines, err) = if eof {
             // End of stream: a last line without a newline still counts.
@@ -449,7 +459,14 @@ async fn connection(mut conn: Conn, tp: &Tickerplant, first: Vec<u8>) -> Result<
             tp.write(batcher.finish()).await?;
         }
         if let Some(e) = err {
-            return Err(line_error(e));
+            let e = line_error(e);
+            // The bad line is now first in the buffer: once the tables and
+            // columns it names exist, it is parsed again.
+            if crate::ingest::names_unknown(&e) && tp.auto_create(&rb.buf).await? {
+                reparse = Some(eof);
+                continue;
+            }
+            return Err(e);
         }
         if eof {
             return Ok(Closed::ByPeer);

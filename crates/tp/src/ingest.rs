@@ -18,6 +18,13 @@ pub fn line_error(e: IlpError) -> TpError {
     }
 }
 
+/// Whether a rejected line names a table or column the schema lacks: what
+/// `--ilp-auto-create` creates (`Tickerplant::auto_create`).
+pub fn names_unknown(e: &TpError) -> bool {
+    matches!(e, TpError::BadLine { reason, .. }
+        if reason.starts_with("unknown table") || reason.starts_with("unknown column"))
+}
+
 /// Parses a whole request body. A last line without a newline counts.
 pub fn parse_request(
     schema: &Schema,

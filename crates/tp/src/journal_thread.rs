@@ -57,6 +57,8 @@ pub(crate) struct BeginEpochReq {
 
 pub(crate) enum Req {
     Write(WriteReq),
+    /// `CREATE TABLE`, `ALTER TABLE ... ADD COLUMN` (`schema_change`).
+    SchemaChange(crate::schema_change::SchemaChangeReq),
     Replicated(ReplicatedReq),
     BeginEpoch(BeginEpochReq),
     /// Answered with the last sequence journaled once every request queued
@@ -76,13 +78,14 @@ impl Req {
                     ReplicatedItem::SegmentStart { .. } => 0,
                 })
                 .sum(),
-            Req::BeginEpoch(_) | Req::Barrier(_) => 0,
+            Req::BeginEpoch(_) | Req::Barrier(_) | Req::SchemaChange(_) => 0,
         }
     }
 
     fn refuse(self, e: TpError) {
         let _ = match self {
             Req::Write(w) => w.reply.send(Err(e)),
+            Req::SchemaChange(c) => c.reply.send(Err(e)),
             Req::Replicated(r) => r.reply.send(Err(e)),
             Req::BeginEpoch(b) => b.reply.send(Err(e)),
             Req::Barrier(b) => b.send(Err(e)),
@@ -127,12 +130,15 @@ pub(crate) struct Outputs {
     pub gate: Option<Arc<SyncGate>>,
     /// Whether writes may be journaled and acknowledged.
     pub role: Arc<crate::role::RoleCell>,
+    /// The schema writes are checked under, and its history.
+    pub schema: crate::schema_change::SchemaRecorder,
 }
 
 /// Appends one replicated request's items, or explains why not (nothing
 /// of a refused record is kept; records before it in the request are).
 fn append_replicated(
     journal: &mut Journal,
+    schema: &mut crate::schema_change::SchemaRecorder,
     items: &[ReplicatedItem],
 ) -> Result<(Vec<Update>, u64), TpError> {
     let mut updates = Vec::new();
@@ -164,9 +170,6 @@ fn append_replicated(
                             rest.len()
                         )));
                     };
-                    let seq = journal
-                        .append_raw(record)
-                        .map_err(|e| TpError::BadInput(e.to_string()))?;
                     let mut h = [0u8; 32];
                     h.copy_from_slice(&record[..32]);
                     let head = tickdb_journal::format::decode_record_header(&h, payload_len as u32);
@@ -175,11 +178,25 @@ fn append_replicated(
                     // that is not an update (none yet) carries none.
                     let batches = if head.kind == RECORD_KIND_UPDATE {
                         tickdb_core::codec::decode(&payload, None).map_err(|e| {
-                            TpError::BadInput(format!("record seq {seq} does not decode: {e}"))
+                            TpError::BadInput(format!(
+                                "record seq {} does not decode: {e}",
+                                head.seq
+                            ))
                         })?
                     } else {
                         Vec::new()
                     };
+                    // A schema change is recorded before its marker is
+                    // appended, as on the primary (append_raw checks the
+                    // seq is the next one).
+                    if batches.iter().any(|b| b.schema_change_text().is_some())
+                        && head.seq == journal.last_seq() + 1
+                    {
+                        schema.replicated(head.seq, head.time_ns, &batches)?;
+                    }
+                    let seq = journal
+                        .append_raw(record)
+                        .map_err(|e| TpError::BadInput(e.to_string()))?;
                     updates.push(Update {
                         seq,
                         batches,
@@ -204,6 +221,7 @@ pub(crate) fn run(mut journal: Journal, rx: Receiver<Req>, out: Outputs) {
         committed,
         gate,
         role,
+        mut schema,
     } = out;
     let mut epoch_seen = journal.epoch();
     let mut group: Vec<Appended> = Vec::new();
@@ -244,6 +262,37 @@ pub(crate) fn run(mut journal: Journal, rx: Receiver<Req>, out: Outputs) {
                         let e = role.refusal().unwrap_or(TpError::Shutdown);
                         let _ = req.reply.send(Err(e));
                     }
+                    Req::SchemaChange(req) if !role.accepting() => {
+                        let e = role.refusal().unwrap_or(TpError::Shutdown);
+                        let _ = req.reply.send(Err(e));
+                    }
+                    Req::SchemaChange(req) => {
+                        let t = now_ns();
+                        let epoch = journal.epoch();
+                        match schema.append(&mut journal, &req, t) {
+                            Ok(Some((seq, batches, payload))) => {
+                                tracing::info!("schema change at seq {seq}: {}", req.what);
+                                group.push(Appended {
+                                    update: Update {
+                                        seq,
+                                        batches,
+                                        payload: bytes::Bytes::from(payload),
+                                        rows: 0,
+                                        time_ns: t,
+                                        epoch,
+                                    },
+                                    reply: Some(req.reply),
+                                })
+                            }
+                            // Nothing to change: answered with seq 0.
+                            Ok(None) => {
+                                let _ = req.reply.send(Ok(0));
+                            }
+                            Err(e) => {
+                                let _ = req.reply.send(Err(e));
+                            }
+                        }
+                    }
                     Req::Barrier(b) => barriers.push(b),
                     Req::BeginEpoch(b) => {
                         let r = journal
@@ -258,9 +307,30 @@ pub(crate) fn run(mut journal: Journal, rx: Receiver<Req>, out: Outputs) {
                         *counters.epochs.lock() = journal.epoch_history().clone();
                         let _ = b.reply.send(r);
                     }
-                    Req::Write(req) => {
+                    Req::Write(mut req) => {
                         let t = now_ns();
                         let epoch = journal.epoch();
+                        // Checked under the schema before a column was
+                        // added, journaled after it: nulls in the new
+                        // columns, as every reader of the marker expects.
+                        let live = schema.changed.then(|| schema.live.schema());
+                        if let Some(live) =
+                            live.filter(|l| crate::schema_change::needs_widening(l, &req.batches))
+                        {
+                            match crate::schema_change::widen(
+                                &live,
+                                std::mem::take(&mut req.batches),
+                            ) {
+                                Ok(b) => {
+                                    req.payload = tickdb_core::codec::encode_to_vec(&b);
+                                    req.batches = b;
+                                }
+                                Err(e) => {
+                                    let _ = req.reply.send(Err(e));
+                                    continue;
+                                }
+                            }
+                        }
                         let ends_day = req.batches.iter().any(|b| b.end_of_day_date().is_some());
                         match journal.append(RECORD_KIND_UPDATE, req.rows as u32, t, &req.payload) {
                             Ok(seq) => {
@@ -294,20 +364,22 @@ pub(crate) fn run(mut journal: Journal, rx: Receiver<Req>, out: Outputs) {
                             }
                         }
                     }
-                    Req::Replicated(r) => match append_replicated(&mut journal, &r.items) {
-                        Ok((updates, last_seq)) => repl.push(ReplAppended {
-                            updates,
-                            last_seq,
-                            reply: r.reply,
-                        }),
-                        Err(e) => {
-                            // Records appended before the bad one stay
-                            // buffered and are committed with the group; the
-                            // follower learns where its journal ends from
-                            // the tp's sequence.
-                            let _ = r.reply.send(Err(e));
+                    Req::Replicated(r) => {
+                        match append_replicated(&mut journal, &mut schema, &r.items) {
+                            Ok((updates, last_seq)) => repl.push(ReplAppended {
+                                updates,
+                                last_seq,
+                                reply: r.reply,
+                            }),
+                            Err(e) => {
+                                // Records appended before the bad one stay
+                                // buffered and are committed with the group; the
+                                // follower learns where its journal ends from
+                                // the tp's sequence.
+                                let _ = r.reply.send(Err(e));
+                            }
                         }
-                    },
+                    }
                 }
             }
             if group.len() + repl.len() < GROUP_REQUESTS_MAX && bytes < GROUP_BYTES_MAX {

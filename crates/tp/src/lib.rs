@@ -19,6 +19,8 @@
 //!   an update durably
 //! - `schema_binding`: the journal's schema history: the schema is bound to
 //!   the journal it writes, changes are recorded or refused
+//! - `schema_change`: `CREATE TABLE` and `ALTER TABLE ... ADD COLUMN` at run
+//!   time, journaled as a marker in the update stream
 
 pub mod catchup;
 pub mod conn_limit;
@@ -30,6 +32,7 @@ pub mod ingest;
 mod journal_thread;
 pub mod role;
 pub mod schema_binding;
+pub mod schema_change;
 pub mod sub_memory;
 pub mod sub_queue;
 pub mod sub_server;

@@ -61,6 +61,11 @@ pub enum Bound {
     /// A journal without a history: `records` records were checked to
     /// decode under the schema, which is recorded from `first_seq`.
     Adopted { first_seq: u64, records: u64 },
+    /// The journal's schema is the given one with tables or columns added
+    /// at run time (`CREATE TABLE`, `ALTER TABLE ... ADD COLUMN`): the tp
+    /// runs under the journal's schema (the history's current entry), and
+    /// nothing is recorded.
+    Grown { added: Vec<String> },
 }
 
 impl std::fmt::Display for Bound {
@@ -82,6 +87,11 @@ impl std::fmt::Display for Bound {
                 f,
                 "the journal had no schema history: its {records} record(s) decode under the given schema, recorded from seq {first_seq}"
             ),
+            Bound::Grown { added } => write!(
+                f,
+                "the journal's schema has run-time changes the given schema lacks; running under the journal's schema ({})",
+                added.join("; ")
+            ),
         }
     }
 }
@@ -97,6 +107,7 @@ pub fn bind(
     text: &str,
     origin: &str,
     last_seq: u64,
+    standby: bool,
 ) -> Result<Bound, OpenError> {
     let history_path = SchemaHistory::path(dir);
     let history = SchemaHistory::read(storage, dir).map_err(|e| match e {
@@ -158,6 +169,13 @@ pub fn bind(
     if current.first_seq <= last_seq + 1 && diff(&parse(current)?, schema) == SchemaChange::Same {
         return Ok(Bound::Same);
     }
+    // A standby runs under its primary's history (`adopt_schema` installed
+    // it): entries past its last record describe records still on their
+    // way from the primary, which were written under them. Nothing is
+    // dropped or recorded.
+    if standby && diff(&parse(current)?, schema) == SchemaChange::Same {
+        return Ok(Bound::Same);
+    }
     // Entries after last_seq cover no record (nothing was written under
     // them, or repair or point-in-time recovery cut those records): nothing
     // depends on them, and one starting after last_seq + 1 would claim the
@@ -191,6 +209,21 @@ pub fn bind(
                 differences: d.iter().map(|x| x.to_string()).collect(),
             })
         }
+        SchemaChange::Incompatible(_)
+            if tickdb_core::schema_change::extension(schema, &parse(base)?).is_ok() =>
+        {
+            // The records were written under the given schema grown at run
+            // time: the journal's schema is the one to run under.
+            let added = tickdb_core::schema_change::extension(schema, &parse(base)?)
+                .unwrap_or_default()
+                .iter()
+                .map(|x| x.to_string())
+                .collect();
+            if kept.len() != history.entries().len() {
+                write(kept)?;
+            }
+            Ok(Bound::Grown { added })
+        }
         SchemaChange::Incompatible(d) => {
             let list: Vec<String> = d.iter().map(|x| format!("  - {x}")).collect();
             Err(OpenError::SchemaMismatch(format!(
@@ -200,7 +233,8 @@ pub fn bind(
                  Records already journaled would no longer decode, or would decode into other columns. \
                  Nothing was written. Start with the schema the journal was written under \
                  (`tickdb journal schema {dir}` prints it), or start a new journal in another \
-                 --data-dir. Adding tables is a compatible change: it is recorded and accepted \
+                 --data-dir. Adding tables is a compatible change: it is recorded and accepted; \
+                 columns are added at run time with ALTER TABLE ... ADD COLUMN \
                  (docs/journal.md, \"Schema history\").",
                 dir = dir.display(),
                 hist = history_path.display(),
@@ -252,6 +286,8 @@ fn adopt(dir: &Path, schema: &Schema, origin: &str) -> Result<(u64, u64), OpenEr
 }
 
 fn check_payload(schema: &Schema, kind: u8, payload: &[u8]) -> Result<Vec<Batch>, String> {
+    // A schema-change marker holds the schema from its own seq on, which
+    // the history records at that seq: it decodes under any schema.
     if kind != RECORD_KIND_UPDATE {
         return Err(format!(
             "unknown record kind {kind} (this tickdb writes kind {RECORD_KIND_UPDATE})"

@@ -471,7 +471,7 @@ async fn stream(
     };
     let ok = Message::SubscribeOk {
         current_seq,
-        schema_toml: tp.config().schema_toml.clone(),
+        schema_toml: tp.schema_toml(),
         role: epoch_aware.then(|| role_of(tp)),
     };
     // Epoch-aware subscribers are told where each epoch starts, before its

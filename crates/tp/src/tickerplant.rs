@@ -63,6 +63,9 @@ pub struct TpConfig {
     pub ilp_partial_line_timeout_s: u64,
     /// Connections open at once on the ILP TCP port.
     pub ilp_connections_max: usize,
+    /// Create the tables and columns ILP lines name that the schema lacks
+    /// (`--ilp-auto-create`), instead of refusing the lines.
+    pub ilp_auto_create: bool,
     /// This tp is a standby of the primary at this address: it takes
     /// records from its follower only, refuses every write naming the
     /// primary, and starts segments where the primary did.
@@ -100,6 +103,7 @@ impl TpConfig {
             ilp_idle_timeout_s: crate::ilp_tcp::ILP_IDLE_TIMEOUT_S,
             ilp_partial_line_timeout_s: crate::ilp_tcp::ILP_PARTIAL_LINE_TIMEOUT_S,
             ilp_connections_max: crate::ilp_tcp::TCP_CONNECTIONS_MAX,
+            ilp_auto_create: false,
             standby_of: None,
             sync: None,
             first_seq: None,
@@ -178,6 +182,9 @@ pub struct TpStatus {
 
 pub struct Tickerplant {
     cfg: TpConfig,
+    /// The schema writes are checked under now: the configured one, grown
+    /// by run-time schema changes (`schema_change`).
+    live: Arc<crate::schema_change::LiveSchema>,
     tx: Mutex<Option<crossbeam_channel::Sender<Req>>>,
     committed: tokio::sync::watch::Receiver<u64>,
     gate: Option<Arc<SyncGate>>,
@@ -252,6 +259,7 @@ impl Tickerplant {
             &cfg.schema_toml,
             &cfg.schema_origin,
             journal.last_seq(),
+            cfg.standby_of.is_some(),
         )?;
         match &bound {
             crate::schema_binding::Bound::Same => {
@@ -261,6 +269,26 @@ impl Tickerplant {
                 tracing::warn!(journal = %cfg.journal_dir.display(), schema = %cfg.schema_origin, "{bound}")
             }
         }
+        let live = match &bound {
+            // The journal's schema: the given one grown at run time.
+            crate::schema_binding::Bound::Grown { .. } => {
+                let h = tickdb_journal::SchemaHistory::read(&*storage, &cfg.journal_dir)
+                    .map_err(|e| OpenError::Io(format!("reading the schema history: {e}")))?
+                    .ok_or_else(|| OpenError::Io("the schema history went missing".into()))?;
+                let text = h.current().text.clone();
+                let s = Schema::parse(&text, "the journal's schema history")
+                    .map_err(|e| OpenError::Corrupt(e.to_string()))?;
+                crate::schema_change::LiveSchema::new(Arc::new(s), &text)
+            }
+            _ => crate::schema_change::LiveSchema::new(cfg.schema.clone(), &cfg.schema_toml),
+        };
+        let live = Arc::new(live);
+        let recorder = crate::schema_change::SchemaRecorder::open(
+            live.clone(),
+            storage.clone(),
+            &cfg.journal_dir,
+        )
+        .map_err(|e| OpenError::Io(format!("reading the schema history: {e}")))?;
         let last = journal.last_seq();
         let hub = Arc::new(Hub::new(
             last,
@@ -310,6 +338,7 @@ impl Tickerplant {
                 committed: committed_tx,
                 gate: gate.clone(),
                 role: role.clone(),
+                schema: recorder,
             };
             threads.push(
                 std::thread::Builder::new()
@@ -347,6 +376,7 @@ impl Tickerplant {
         );
         Ok((
             Arc::new(Tickerplant {
+                live,
                 role,
                 fences: Default::default(),
                 ilp_connections,
@@ -368,8 +398,43 @@ impl Tickerplant {
         &self.cfg
     }
 
-    pub fn schema(&self) -> &Arc<Schema> {
-        &self.cfg.schema
+    /// The schema as of now: the configured one, grown by run-time schema
+    /// changes. Ingest checks each update under the one it reads here.
+    pub fn schema(&self) -> Arc<Schema> {
+        self.live.schema()
+    }
+
+    /// The current schema as TOML (what a subscriber gets at subscribe).
+    pub fn schema_toml(&self) -> String {
+        self.live.toml().to_string()
+    }
+
+    /// Changes the schema at run time (`CREATE TABLE`, `ALTER TABLE ... ADD
+    /// COLUMN`; `what` is the statement): checked completely against the
+    /// current schema, then recorded in the journal's schema history and
+    /// journaled as a schema-change marker at the next sequence number, in
+    /// order with the updates (see `schema_change`). Returns the marker's
+    /// sequence once journaled under the fsync policy and published, or
+    /// None when nothing changes (`IF NOT EXISTS` of what exists). An
+    /// error changes nothing.
+    pub async fn change_schema(
+        &self,
+        ops: Vec<tickdb_core::schema_change::SchemaOp>,
+        what: &str,
+    ) -> Result<Option<u64>, TpError> {
+        if let Some(refused) = self.role.refusal() {
+            return Err(refused);
+        }
+        let (reply, rx) = oneshot::channel();
+        let tx = self.tx.lock().clone().ok_or(TpError::Shutdown)?;
+        tx.send(Req::SchemaChange(crate::schema_change::SchemaChangeReq {
+            ops,
+            what: what.to_string(),
+            reply,
+        }))
+        .map_err(|_| TpError::Shutdown)?;
+        let seq = rx.await.map_err(|_| TpError::Shutdown)??;
+        Ok((seq > 0).then_some(seq))
     }
 
     /// The bound on connections to the ILP TCP port.
@@ -392,7 +457,7 @@ impl Tickerplant {
         // An end-of-day marker's one row is a date, not a tick.
         let rows = batches
             .iter()
-            .filter(|b| b.end_of_day_date().is_none())
+            .filter(|b| !b.is_marker())
             .map(|b| b.rows)
             .sum();
         let payload = tickdb_core::codec::encode_to_vec(&batches);
@@ -566,12 +631,43 @@ impl Tickerplant {
         Ok(last)
     }
 
+    /// `--ilp-auto-create`: creates the tables and columns the ILP lines
+    /// in `body` name that the schema lacks (`tickdb_ilp::infer`), as one
+    /// schema change. Returns whether the schema changed; false when
+    /// auto-creation is off or nothing is missing (the caller then reports
+    /// the line's error as it is).
+    pub async fn auto_create(&self, body: &[u8]) -> Result<bool, TpError> {
+        if !self.cfg.ilp_auto_create {
+            return Ok(false);
+        }
+        let ops = tickdb_ilp::infer::missing(&self.schema(), body);
+        if ops.is_empty() {
+            return Ok(false);
+        }
+        let what = ops
+            .iter()
+            .map(|o| o.describe())
+            .collect::<Vec<_>>()
+            .join("; ");
+        let seq = self
+            .change_schema(ops, &format!("ILP auto-create: {what}"))
+            .await?;
+        Ok(seq.is_some())
+    }
+
     /// Journals an update that arrived already encoded (a subscriber
     /// publishing back, like kdb+'s aggregation engine): it is decoded
     /// against the schema first, so nothing unchecked reaches the journal.
     pub async fn write_payload(&self, payload: &[u8]) -> Result<u64, TpError> {
-        let batches = tickdb_core::codec::decode(payload, Some(&self.cfg.schema))
+        // A publisher that built it before a column was added: nulls in it.
+        let batches = tickdb_core::codec::decode_widened(payload, &self.schema())
             .map_err(|e| TpError::BadInput(e.to_string()))?;
+        if batches.iter().any(|b| b.schema_change_text().is_some()) {
+            return Err(TpError::BadInput(
+                "a schema change cannot be written as an update: use CREATE TABLE or ALTER TABLE"
+                    .into(),
+            ));
+        }
         self.write(batches).await
     }
 
@@ -580,19 +676,15 @@ impl Tickerplant {
     /// end-of-day purge, kdb+'s `.u.end`; an operator's clear). Returns the
     /// update's sequence once journaled under the fsync policy.
     pub async fn clear_tables(&self, tables: &[String]) -> Result<u64, TpError> {
+        let schema = self.schema();
         let names: Vec<String> = if tables.is_empty() {
-            self.cfg
-                .schema
-                .tables
-                .iter()
-                .map(|t| t.name.clone())
-                .collect()
+            schema.tables.iter().map(|t| t.name.clone()).collect()
         } else {
             tables.to_vec()
         };
         let mut batches = Vec::with_capacity(names.len());
         for n in &names {
-            if self.cfg.schema.table(n).is_none() {
+            if schema.table(n).is_none() {
                 return Err(TpError::BadInput(format!(
                     "cannot clear table '{n}': no such table in the schema"
                 )));

@@ -27,6 +27,7 @@ use crate::domain::{Domain, Domains, MemUse};
 use crate::error::{CoreError, Result};
 use crate::schema::Schema;
 use alloc::Allocator;
+use arc_swap::ArcSwap;
 use std::collections::HashMap;
 use std::sync::Arc;
 use table::TableStore;
@@ -54,11 +55,49 @@ pub const PREFAULT_AHEAD_BYTES: usize = 64 * 1024;
 pub const PREFAULT_PAGES_PER_UPKEEP_MAX: usize = 16;
 
 pub struct Store {
-    schema: Arc<Schema>,
+    /// The schema and its tables, replaced whole by a schema change
+    /// (`change_schema`), so every reader sees one layout or the next.
+    layout: ArcSwap<Layout>,
     domains: Domains,
+    allocator: Arc<Allocator>,
+    /// Serializes schema changes.
+    changing: parking_lot::Mutex<()>,
+    days: DayState,
+}
+
+struct Layout {
+    schema: Arc<Schema>,
     tables: Vec<Arc<TableStore>>,
     by_name: HashMap<String, usize>,
-    days: DayState,
+    /// Bumped by every schema change (the query engine registers tables
+    /// again when it moves).
+    version: u64,
+}
+
+impl Layout {
+    fn table(&self, name: &str) -> Result<&Arc<TableStore>> {
+        self.by_name
+            .get(name)
+            .map(|i| &self.tables[*i])
+            .ok_or_else(|| CoreError::UnknownTable(name.to_string()))
+    }
+}
+
+/// Checks that no column of `schema` is placed in fsmem when the store has
+/// no fsmem directory.
+fn check_domains(schema: &Schema, domains: &Domains) -> Result<()> {
+    if domains.has_fsmem() {
+        return Ok(());
+    }
+    for t in &schema.tables {
+        if let Some(c) = t.columns.iter().find(|c| c.domain == Domain::Fsmem) {
+            return Err(CoreError::Domain(format!(
+                "table '{}' column '{}' is placed in fsmem but no --fsmem-dir was given",
+                t.name, c.name
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Memory the store holds, per domain, in bytes (`/status` `memory`).
@@ -107,16 +146,7 @@ pub struct TableMemory {
 
 impl Store {
     pub fn new(schema: Arc<Schema>, domains: Domains) -> Result<Store> {
-        for t in &schema.tables {
-            if !domains.has_fsmem() {
-                if let Some(c) = t.columns.iter().find(|c| c.domain == Domain::Fsmem) {
-                    return Err(CoreError::Domain(format!(
-                        "table '{}' column '{}' is placed in fsmem but no --fsmem-dir was given",
-                        t.name, c.name
-                    )));
-                }
-            }
-        }
+        check_domains(&schema, &domains)?;
         let allocator = Arc::new(Allocator::default());
         let tables: Vec<Arc<TableStore>> = schema
             .tables
@@ -132,16 +162,96 @@ impl Store {
             .map(|(i, t)| (t.name.clone(), i))
             .collect();
         Ok(Store {
-            schema,
+            layout: ArcSwap::from_pointee(Layout {
+                schema,
+                tables,
+                by_name,
+                version: 0,
+            }),
             domains,
-            tables,
-            by_name,
+            allocator,
+            changing: parking_lot::Mutex::new(()),
             days: DayState::default(),
         })
     }
 
-    pub fn schema(&self) -> &Arc<Schema> {
-        &self.schema
+    /// The schema as of now (it grows with run-time schema changes).
+    pub fn schema(&self) -> Arc<Schema> {
+        self.layout.load().schema.clone()
+    }
+
+    /// How many schema changes this store has applied.
+    pub fn schema_version(&self) -> u64 {
+        self.layout.load().version
+    }
+
+    /// Applies a run-time schema change: `new` must be the current schema
+    /// with tables added and columns added at the end of tables
+    /// (`schema_change::extension`). New tables start empty; the rows
+    /// already in a table read as nulls in its new columns
+    /// (`TableStore::add_columns`). Returns false when the store already
+    /// has everything `new` holds (a change replayed again). Memory
+    /// placement of existing columns stays this store's; added ones go to
+    /// dram unless their whole table is in fsmem (and fsmem is configured).
+    /// The caller is the store's one writer (the rdb applies it in sequence).
+    pub fn change_schema(&self, new: &Schema) -> Result<bool> {
+        let _one = self.changing.lock();
+        let cur = self.layout.load_full();
+        if crate::schema_change::extension(new, &cur.schema).is_ok() {
+            return Ok(false);
+        }
+        crate::schema_change::extension(&cur.schema, new).map_err(|why| {
+            CoreError::SchemaChange(format!(
+                "the new schema is not the current one with tables or columns added: {why}"
+            ))
+        })?;
+        let fsmem = self.domains.has_fsmem();
+        let mut schema = (*cur.schema).clone();
+        let mut tables = cur.tables.clone();
+        let mut by_name = cur.by_name.clone();
+        for nt in &new.tables {
+            match cur.by_name.get(&nt.name) {
+                Some(&i) => {
+                    let mut def = schema.tables[i].clone();
+                    if nt.columns.len() == def.columns.len() {
+                        continue;
+                    }
+                    let all_fsmem = def.columns.iter().all(|c| c.domain == Domain::Fsmem);
+                    for c in &nt.columns[def.columns.len()..] {
+                        let mut c = c.clone();
+                        c.domain = if all_fsmem && fsmem {
+                            Domain::Fsmem
+                        } else {
+                            Domain::Dram
+                        };
+                        def.columns.push(c);
+                    }
+                    tables[i].add_columns(Arc::new(def.clone()))?;
+                    schema.tables[i] = def;
+                }
+                None => {
+                    let mut def = nt.clone();
+                    if !fsmem {
+                        def.columns.iter_mut().for_each(|c| c.domain = Domain::Dram);
+                    }
+                    let t = TableStore::new(
+                        Arc::new(def.clone()),
+                        self.domains.for_table(),
+                        &self.allocator,
+                    )?;
+                    by_name.insert(def.name.clone(), tables.len());
+                    tables.push(Arc::new(t));
+                    schema.tables.push(def);
+                }
+            }
+        }
+        self.layout.store(Arc::new(Layout {
+            schema: Arc::new(schema),
+            tables,
+            by_name,
+            version: cur.version + 1,
+        }));
+        Ok(true)
     }
 
     /// Appends (or, for keyed tables, upserts) a batch. Batches of one table
@@ -169,30 +279,27 @@ impl Store {
     /// Every table's upkeep (see `apply_before_upkeep`); cheap for a table
     /// with nothing to do.
     pub fn upkeep(&self) -> Result<()> {
-        self.tables.iter().try_for_each(|t| t.upkeep())
+        self.layout
+            .load()
+            .tables
+            .iter()
+            .try_for_each(|t| t.upkeep())
     }
 
     /// Applies a batch; the table it went to, unless it was a clear marker.
-    fn apply_to(&self, batch: &Batch) -> Result<Option<&Arc<TableStore>>> {
-        let i = *self
-            .by_name
-            .get(&batch.table)
-            .ok_or_else(|| CoreError::UnknownTable(batch.table.clone()))?;
+    fn apply_to(&self, batch: &Batch) -> Result<Option<Arc<TableStore>>> {
+        let t = self.layout.load().table(&batch.table)?.clone();
         if batch.is_clear_marker() {
-            self.tables[i].clear();
+            t.clear();
             return Ok(None);
         }
-        self.tables[i].apply(batch)?;
-        Ok(Some(&self.tables[i]))
+        t.apply(batch)?;
+        Ok(Some(t))
     }
 
     /// Drops every row of a table (end of day, or an operator's clear).
     pub fn clear(&self, table: &str) -> Result<()> {
-        let i = *self
-            .by_name
-            .get(table)
-            .ok_or_else(|| CoreError::UnknownTable(table.to_string()))?;
-        self.tables[i].clear();
+        self.layout.load().table(table)?.clear();
         Ok(())
     }
 
@@ -204,8 +311,8 @@ impl Store {
     pub fn end_day(&self, date: i32, seq: u64) -> Result<Arc<ClosingDay>> {
         self.days.end_day(date, seq, || {
             let mut out = Vec::new();
-            for t in &self.tables {
-                if !matches!(t.def().kind, crate::schema::TableKind::Append) {
+            for t in &self.layout.load().tables {
+                if !matches!(t.kind(), crate::schema::TableKind::Append) {
                     continue;
                 }
                 out.push(t.pin().raw_snapshot()?);
@@ -228,11 +335,7 @@ impl Store {
 
     /// A consistent snapshot of one table as of now.
     pub fn snapshot(&self, table: &str) -> Result<TableSnapshot> {
-        let i = self
-            .by_name
-            .get(table)
-            .ok_or_else(|| CoreError::UnknownTable(table.to_string()))?;
-        self.tables[*i].snapshot()
+        self.layout.load().table(table)?.snapshot()
     }
 
     /// A table's state as of now, for a snapshot of every row as appended
@@ -241,11 +344,7 @@ impl Store {
     /// consistent cut of every table can be taken under a lock whatever the
     /// data size, and the snapshots built after it is released.
     pub fn pin(&self, table: &str) -> Result<TablePin> {
-        let i = self
-            .by_name
-            .get(table)
-            .ok_or_else(|| CoreError::UnknownTable(table.to_string()))?;
-        Ok(self.tables[*i].pin())
+        Ok(self.layout.load().table(table)?.pin())
     }
 
     /// Every row of a table as appended now (see `pin`).
@@ -255,18 +354,22 @@ impl Store {
 
     /// Rows visible now, per table, in schema order.
     pub fn row_counts(&self) -> Vec<(String, u64)> {
-        self.tables
+        self.layout
+            .load()
+            .tables
             .iter()
-            .map(|t| (t.def().name.clone(), t.published_rows()))
+            .map(|t| (t.name().to_string(), t.published_rows()))
             .collect()
     }
 
     /// Bytes each table holds now, in schema order, from counters kept per
     /// table (no walk over the data).
     pub fn table_memory(&self) -> Vec<(String, TableMemory)> {
-        self.tables
+        self.layout
+            .load()
+            .tables
             .iter()
-            .map(|t| (t.def().name.clone(), t.memory()))
+            .map(|t| (t.name().to_string(), t.memory()))
             .collect()
     }
 

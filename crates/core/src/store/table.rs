@@ -61,6 +61,11 @@ pub fn arrow_schema(def: &TableDef) -> SchemaRef {
 }
 
 struct Published {
+    /// The table's definition and Arrow schema these chunks follow: they
+    /// change together with the chunks (`add_columns`), so a reader sees the
+    /// table before a column was added or after, never a mix.
+    def: Arc<TableDef>,
+    schema: SchemaRef,
     sealed: Arc<Vec<ChunkSnapshot>>,
     /// A chunk the last batch filled, not sealed yet (`upkeep` seals it).
     full: Option<ActiveView>,
@@ -72,6 +77,8 @@ struct Published {
 }
 
 struct Writer {
+    def: Arc<TableDef>,
+    schema: SchemaRef,
     active: Option<ActiveChunk>,
     /// A chunk an apply filled: published as it is, sealed by `upkeep`.
     full: Option<ActiveChunk>,
@@ -90,8 +97,10 @@ struct Writer {
 }
 
 pub(crate) struct TableStore {
-    def: Arc<TableDef>,
-    schema: SchemaRef,
+    /// The table's name and kind, which never change (its columns may
+    /// grow: see `Writer::def` and `Published::def`).
+    name: String,
+    kind: TableKind,
     domains: Domains,
     /// Allocates this table's next chunk when it has fsmem columns.
     allocator: Option<Arc<Allocator>>,
@@ -115,11 +124,13 @@ impl TableStore {
         let mut dict = SymbolDict::new(&domains)?;
         let values = dict.values();
         Ok(TableStore {
-            def,
-            schema,
+            name: def.name.clone(),
+            kind: def.kind.clone(),
             domains,
             allocator: fsmem.then(|| allocator.clone()),
             writer: Mutex::new(Writer {
+                def: def.clone(),
+                schema: schema.clone(),
                 active: None,
                 full: None,
                 spare: None,
@@ -132,6 +143,8 @@ impl TableStore {
                 generation: 0,
             }),
             published: ArcSwap::from_pointee(Published {
+                def,
+                schema,
                 sealed: Arc::new(Vec::new()),
                 full: None,
                 active: None,
@@ -144,27 +157,31 @@ impl TableStore {
         })
     }
 
-    pub fn def(&self) -> &Arc<TableDef> {
-        &self.def
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
-    fn check(&self, batch: &Batch) -> Result<()> {
+    pub fn kind(&self) -> &TableKind {
+        &self.kind
+    }
+
+    fn check(def: &TableDef, batch: &Batch) -> Result<()> {
         let bad = |column: &str, reason: String| CoreError::BadValue {
-            table: self.def.name.clone(),
+            table: def.name.clone(),
             column: column.to_string(),
             reason,
         };
-        if batch.columns.len() != self.def.columns.len() {
+        if batch.columns.len() != def.columns.len() {
             return Err(bad(
                 "*",
                 format!(
                     "batch has {} columns, table has {}",
                     batch.columns.len(),
-                    self.def.columns.len()
+                    def.columns.len()
                 ),
             ));
         }
-        for (c, d) in batch.columns.iter().zip(&self.def.columns) {
+        for (c, d) in batch.columns.iter().zip(&def.columns) {
             if c.data.ty() != d.ty {
                 return Err(bad(
                     &d.name,
@@ -186,12 +203,12 @@ impl TableStore {
     /// filled to seal, the next chunk to allocate, pages to touch) is done
     /// by `upkeep`, after the rows are visible.
     pub fn apply(&self, batch: &Batch) -> Result<()> {
-        self.check(batch)?;
+        let mut guard = self.writer.lock();
+        let w = &mut *guard;
+        Self::check(&w.def, batch)?;
         if batch.rows == 0 {
             return Ok(());
         }
-        let mut guard = self.writer.lock();
-        let w = &mut *guard;
         // A chunk filled by an apply whose upkeep did not run (or failed)
         // is sealed before another can fill.
         self.seal_full(w)?;
@@ -221,14 +238,7 @@ impl TableStore {
                 continue;
             }
             let active = w.active.as_mut().expect("chunk exists");
-            active.append(
-                batch,
-                from,
-                n,
-                &sym_ids,
-                self.def.time_column,
-                &self.domains,
-            )?;
+            active.append(batch, from, n, &sym_ids, w.def.time_column, &self.domains)?;
             from += n;
             if active.room() == 0 {
                 // The full chunk is published as it is and sealed by the
@@ -279,7 +289,7 @@ impl TableStore {
             match &self.allocator {
                 Some(allocator) => {
                     let (tx, rx) = std::sync::mpsc::sync_channel(1);
-                    let (def, domains) = (self.def.clone(), self.domains.clone());
+                    let (def, domains) = (w.def.clone(), self.domains.clone());
                     let job = Box::new(move || {
                         let chunk =
                             ActiveChunk::new(&def, &domains, capacity, var_bytes).map(|mut c| {
@@ -296,7 +306,7 @@ impl TableStore {
                 }
                 None => {
                     w.spare = Some(ActiveChunk::new(
-                        &self.def,
+                        &w.def,
                         &self.domains,
                         capacity,
                         var_bytes,
@@ -332,7 +342,7 @@ impl TableStore {
         // on the file system.
         w.spare_pending = None;
         w.active = Some(ActiveChunk::new(
-            &self.def,
+            &w.def,
             &self.domains,
             capacity,
             var_bytes,
@@ -344,12 +354,7 @@ impl TableStore {
     /// where it is (published, readable), for the next attempt.
     fn seal_full(&self, w: &mut Writer) -> Result<()> {
         if let Some(full) = &w.full {
-            let sealed = full.seal(
-                &self.schema,
-                w.dict.values(),
-                self.def.sym_column,
-                &self.domains,
-            )?;
+            let sealed = full.seal(&w.schema, w.dict.values(), w.def.sym_column, &self.domains)?;
             Arc::make_mut(&mut w.sealed).push(sealed);
             w.full = None;
         }
@@ -365,19 +370,61 @@ impl TableStore {
             if active.len == 0 {
                 return Ok(());
             }
-            let sealed = active.seal(
-                &self.schema,
-                w.dict.values(),
-                self.def.sym_column,
-                &self.domains,
-            )?;
+            let sealed =
+                active.seal(&w.schema, w.dict.values(), w.def.sym_column, &self.domains)?;
             Arc::make_mut(&mut w.sealed).push(sealed);
         }
         Ok(())
     }
 
+    /// Adds columns at the end of the table (`ALTER TABLE ... ADD COLUMN`):
+    /// `def` is the table with them. The rows already here read as nulls in
+    /// them: the active chunk is sealed (it was laid out for the old
+    /// columns), and every sealed chunk gets a null array per new column
+    /// (zeroed pages the OS maps lazily). Published in one store, so a
+    /// reader sees the table as it was or as it is now, never a mix. The
+    /// caller is the table's one writer (the rdb applies it in sequence).
+    pub fn add_columns(&self, def: Arc<TableDef>) -> Result<()> {
+        let mut guard = self.writer.lock();
+        let w = &mut *guard;
+        if def.columns.len() < w.def.columns.len()
+            || def
+                .columns
+                .iter()
+                .zip(&w.def.columns)
+                .any(|(a, b)| a.name != b.name || a.ty != b.ty)
+        {
+            return Err(CoreError::SchemaChange(format!(
+                "table '{}': the new columns must follow the ones it has",
+                self.name
+            )));
+        }
+        if def.columns.len() == w.def.columns.len() {
+            return Ok(());
+        }
+        self.seal(w)?;
+        w.spare = None;
+        w.spare_pending = None;
+        let schema = arrow_schema(&def);
+        let values = w.dict.values();
+        let sealed = w
+            .sealed
+            .iter()
+            .map(|c| widen_chunk(c, &schema, &def, &values))
+            .collect::<Result<Vec<_>>>()?;
+        w.sealed = Arc::new(sealed);
+        w.def = def;
+        w.schema = schema;
+        w.version += 1;
+        self.publish(w);
+        *self.keyed_cache.lock() = None;
+        Ok(())
+    }
+
     fn publish(&self, w: &mut Writer) {
         self.published.store(Arc::new(Published {
+            def: w.def.clone(),
+            schema: w.schema.clone(),
             sealed: w.sealed.clone(),
             full: w.full.as_ref().map(|a| a.view()),
             active: w.active.as_ref().map(|a| a.view()),
@@ -422,7 +469,7 @@ impl TableStore {
     }
 
     pub fn published_rows(&self) -> u64 {
-        match self.def.kind {
+        match self.kind {
             TableKind::Append => self.published.load().rows,
             TableKind::Keyed { .. } => self.snapshot().map(|s| s.rows as u64).unwrap_or(0),
         }
@@ -430,7 +477,7 @@ impl TableStore {
 
     pub fn snapshot(&self) -> Result<TableSnapshot> {
         let p = self.published.load_full();
-        if let TableKind::Keyed { key } = &self.def.kind {
+        if let TableKind::Keyed { key } = &self.kind {
             if let Some((v, snap, _)) = &*self.keyed_cache.lock() {
                 if *v == p.version {
                     return Ok(snap.clone());
@@ -458,18 +505,54 @@ impl TableStore {
         let mut chunks: Vec<ChunkSnapshot> = p.sealed.as_ref().clone();
         for view in [&p.full, &p.active].into_iter().flatten() {
             if view.len > 0 {
-                chunks.push(active_chunk(&self.schema, view, p.dict.clone())?);
+                chunks.push(active_chunk(&p.schema, view, p.dict.clone())?);
             }
         }
         Ok(TableSnapshot {
-            def: self.def.clone(),
-            schema: self.schema.clone(),
+            def: p.def.clone(),
+            schema: p.schema.clone(),
             rows: p.rows as usize,
             chunks,
             symbols: p.dict.clone(),
             generation: p.generation,
         })
     }
+}
+
+/// A sealed chunk with null arrays appended for the columns `def` has past
+/// the chunk's (see `TableStore::add_columns`). A symbol column's nulls
+/// index the table's dictionary, as every chunk's symbol column does.
+fn widen_chunk(
+    c: &ChunkSnapshot,
+    schema: &SchemaRef,
+    def: &TableDef,
+    dict: &Arc<StringArray>,
+) -> Result<ChunkSnapshot> {
+    let rows = c.batch.num_rows();
+    let mut columns = c.batch.columns().to_vec();
+    for col in &def.columns[columns.len()..] {
+        let a: arrow_array::ArrayRef = match col.ty {
+            ColumnType::Symbol => Arc::new(arrow_array::DictionaryArray::<
+                arrow_array::types::UInt32Type,
+            >::new(
+                arrow_array::UInt32Array::new_null(rows),
+                dict.clone() as arrow_array::ArrayRef,
+            )),
+            _ => {
+                let field = schema.field(columns.len());
+                arrow_array::new_null_array(field.data_type(), rows)
+            }
+        };
+        columns.push(a);
+    }
+    let batch = arrow_array::RecordBatch::try_new(schema.clone(), columns)
+        .map_err(|e| CoreError::Domain(format!("table '{}': adding columns: {e}", def.name)))?;
+    Ok(ChunkSnapshot {
+        batch,
+        min_time: c.min_time,
+        max_time: c.max_time,
+        sym_index: c.sym_index.clone(),
+    })
 }
 
 /// A table's published state held at one moment (`TableStore::pin`).

@@ -256,6 +256,9 @@ impl TickPgHandlers {
             Arc::new(SetShowHook),
             Arc::new(TransactionStatementHook),
             Arc::new(CursorStatementHook),
+            Arc::new(DdlHook {
+                engine: engine.clone(),
+            }),
             Arc::new(TickHook {
                 engine: engine.clone(),
             }),
@@ -407,6 +410,72 @@ impl QueryHook for TickHook {
         client: &mut dyn HookClient,
     ) -> Option<PgWireResult<Response>> {
         encode_rows::execute_query(statement, plan, params, session, client).await
+    }
+}
+
+/// `CREATE TABLE` and `ALTER TABLE ... ADD COLUMN`: schema changes the
+/// node's tp runs, as the logged-in user (an admin, on a node with users;
+/// see `crate::ddl`). Prepared (psycopg's extended protocol) they plan to
+/// nothing and run at Execute.
+struct DdlHook {
+    engine: QueryEngine,
+}
+
+#[async_trait]
+impl QueryHook for DdlHook {
+    async fn handle_simple_query(
+        &self,
+        statement: &Statement,
+        _session: &SessionContext,
+        client: &mut dyn HookClient,
+    ) -> Option<PgWireResult<Response>> {
+        let ops = match crate::ddl::from_statement(statement, None) {
+            Ok(None) => return None,
+            Ok(Some(ops)) => ops,
+            Err(e) => return Some(Err(pg_error(&e))),
+        };
+        let user = client.metadata().get(pgwire::api::METADATA_USER).cloned();
+        Some(
+            match self
+                .engine
+                .exec_ddl(ops, &statement.to_string(), user.as_deref())
+                .await
+            {
+                Ok(done) => Ok(Response::Execution(pgwire::api::results::Tag::new(
+                    done.tag,
+                ))),
+                Err(e) => Err(pg_error(&e)),
+            },
+        )
+    }
+
+    async fn handle_extended_parse_query(
+        &self,
+        statement: &Statement,
+        _session: &SessionContext,
+        _client: &(dyn ClientInfo + Send + Sync),
+    ) -> Option<PgWireResult<LogicalPlan>> {
+        match crate::ddl::from_statement(statement, None) {
+            Ok(None) => None,
+            Ok(Some(_)) => Some(Ok(LogicalPlan::EmptyRelation(
+                datafusion::logical_expr::EmptyRelation {
+                    produce_one_row: false,
+                    schema: Arc::new(datafusion::common::DFSchema::empty()),
+                },
+            ))),
+            Err(e) => Some(Err(pg_error(&e))),
+        }
+    }
+
+    async fn handle_extended_query(
+        &self,
+        statement: &Statement,
+        _plan: &LogicalPlan,
+        _params: &ParamValues,
+        session: &SessionContext,
+        client: &mut dyn HookClient,
+    ) -> Option<PgWireResult<Response>> {
+        self.handle_simple_query(statement, session, client).await
     }
 }
 
@@ -905,6 +974,9 @@ pub fn sqlstate(e: &QueryError) -> &'static str {
         QueryError::NotReady(_) => "57P03",
         QueryError::Execution(_) => "22000",
         QueryError::Internal(_) => "XX000",
+        // syntax_error_or_access_rule_violation; insufficient_privilege.
+        QueryError::Ddl(_) => "42000",
+        QueryError::Forbidden(_) => "42501",
     }
 }
 

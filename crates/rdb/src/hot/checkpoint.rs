@@ -61,6 +61,8 @@ pub struct CheckpointReport {
 
 struct Cut {
     seq: u64,
+    /// The store's schema as cut, as TOML (the checkpoint records it).
+    schema_toml: String,
     tables: Vec<(Arc<TableDef>, TableSnapshot)>,
     pause: Duration,
     wait: Duration,
@@ -76,6 +78,7 @@ fn take_cut(rdb: &Rdb) -> Result<Cut, RdbError> {
     let wait = asked.elapsed().saturating_sub(pause);
     Ok(Cut {
         seq,
+        schema_toml: cut.schema.to_toml(),
         tables: snaps.into_iter().map(|s| (s.def.clone(), s)).collect(),
         pause,
         wait,
@@ -266,7 +269,8 @@ pub(super) fn run(hot: &HotRestart, rdb: &Rdb) -> Result<CheckpointReport, RdbEr
     let meta = CheckpointMeta {
         seq: cut.seq,
         at_unix_ns,
-        schema_toml: setup.schema_toml.clone(),
+        // The tables' schema as cut: it grows with run-time schema changes.
+        schema_toml: cut.schema_toml.clone(),
         tables_filter: setup.tables_filter.clone(),
         symbols_filter: setup.symbols_filter.clone(),
         tables: metas,

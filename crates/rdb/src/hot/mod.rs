@@ -83,7 +83,6 @@ pub(crate) struct TableState {
 /// What the checkpoints carry besides the tables: set by `restore`.
 #[derive(Debug, Clone)]
 struct Setup {
-    schema_toml: String,
     tables_filter: Vec<String>,
     symbols_filter: Vec<String>,
 }
@@ -251,7 +250,11 @@ impl HotRestart {
         let stored = Schema::parse(&m.schema_toml, "hot restart checkpoint")
             .map_err(|e| RdbError::Restore(format!("stored schema: {e}")))?;
         let (a, b) = (schema_shape(&stored), schema_shape(schema));
-        if a != b {
+        // A schema that grew at run time since the checkpoint (tables or
+        // columns added) is fine: the store is restored under the
+        // checkpoint's schema, and the journal after it replays the change.
+        let grew = tickdb_core::schema_change::extension(&stored, schema).is_ok();
+        if a != b && !grew {
             let diff = a
                 .iter()
                 .zip(&b)
@@ -285,13 +288,14 @@ impl HotRestart {
     }
 
     /// Rebuilds `store` (empty, built from the checkpoint's schema, or the
-    /// rdb's schema when the store is new) from the stored records. Call once,
+    /// rdb's schema when the store is new) from the stored records. Each
+    /// checkpoint records the store's schema as cut (it grows with run-time
+    /// schema changes). Call once,
     /// before any checkpoint. Returns the journal sequence the restored state
     /// stands for: the rdb applies updates from the next one.
     pub fn restore(
         &self,
         store: &ColumnStore,
-        schema_toml: &str,
         tables_filter: &[String],
         symbols_filter: &[String],
     ) -> Result<RestoreReport, RdbError> {
@@ -304,7 +308,6 @@ impl HotRestart {
         )?;
         let mut ck = self.ck.lock();
         ck.setup = Some(Setup {
-            schema_toml: schema_toml.to_string(),
             tables_filter: tables_filter.to_vec(),
             symbols_filter: symbols_filter.to_vec(),
         });

@@ -88,13 +88,14 @@ pub(super) fn restore(
     let mut work: BTreeMap<String, TableWork> = BTreeMap::new();
     let mut stale_gens: BTreeSet<Vec<u8>> = BTreeSet::new();
     let mut stale_keys: Vec<Key> = Vec::new();
+    let schema = store.schema();
     for (k, v) in all {
         let Some(rk) = keys::parse(&k) else {
             stale_keys.push(k);
             continue;
         };
         let tm = meta.and_then(|m| m.table(rk.table()));
-        let def = store.schema().table(rk.table());
+        let def = schema.table(rk.table());
         match (tm, def) {
             (Some(tm), Some(def)) if tm.generation == rk.generation() => {
                 if let RecordKey::Segment { first_row, .. } = rk {
@@ -207,7 +208,8 @@ fn restore_table(
 ) -> Result<Restored, RdbError> {
     let def = w.def;
     let name: Arc<str> = Arc::from(def.name.as_str());
-    let schema = store.schema();
+    let schema_now = store.schema();
+    let schema: &tickdb_core::Schema = &schema_now;
     let (want_rows, next_ordinal) = tm.unwrap_or((0, 0));
     let generation = w
         .records
@@ -221,7 +223,9 @@ fn restore_table(
     match &def.kind {
         TableKind::Append => {
             // Key order is row order (big-endian first_row).
-            let mut spans: Vec<(Key, u64, u64)> = Vec::with_capacity(w.records.len());
+            // (key, first row, rows, widened): a widened record keeps its
+            // reloaded bytes (see `values::one_batch`).
+            let mut spans: Vec<(Key, u64, u64, bool)> = Vec::with_capacity(w.records.len());
             let mut expected = 0u64;
             let (rec_keys, values): (Vec<Key>, Vec<Value>) = w.records.into_iter().unzip();
             // Segments are decoded on a thread of their own, in order, while
@@ -261,10 +265,11 @@ fn restore_table(
                             def.name
                         ))
                     })??;
+                    let (batch, widened) = batch;
                     let n = batch.rows as u64;
                     store.apply(&batch).map_err(fail)?;
                     drop(batch);
-                    spans.push((k, first_row, n));
+                    spans.push((k, first_row, n, widened));
                     expected += n;
                     progress(n);
                 }
@@ -277,7 +282,10 @@ fn restore_table(
                 )));
             }
             let snap = store.raw_snapshot(&def.name).map_err(fail)?;
-            for (k, first, n) in spans {
+            for (k, first, n, widened) in spans {
+                if widened {
+                    continue;
+                }
                 let pieces = row_pieces(&snap, first as usize, (first + n) as usize);
                 let value = SegmentValue {
                     table: name.clone(),
@@ -298,7 +306,7 @@ fn restore_table(
             })
         }
         TableKind::Keyed { .. } => {
-            let mut rows: Vec<(u64, Key, Batch)> = Vec::with_capacity(w.records.len());
+            let mut rows: Vec<(u64, Key, Batch, bool)> = Vec::with_capacity(w.records.len());
             for (k, v) in w.records {
                 if !matches!(keys::parse(&k), Some(RecordKey::Row { .. })) {
                     return Err(RdbError::Restore(format!(
@@ -306,8 +314,8 @@ fn restore_table(
                         def.name
                     )));
                 }
-                let (ordinal, b) = decode_row(&def.name, &v.bytes(), schema)?;
-                rows.push((ordinal, k, b));
+                let (ordinal, b, widened) = decode_row(&def.name, &v.bytes(), schema)?;
+                rows.push((ordinal, k, b, widened));
             }
             rows.sort_unstable_by_key(|r| r.0);
             for group in rows.chunks(RESTORE_ROWS_PER_APPLY) {
@@ -325,7 +333,7 @@ fn restore_table(
                 .collect();
             let mut ci = 0usize;
             let mut at = 0usize;
-            for (i, (ordinal, k, _)) in rows.iter().enumerate() {
+            for (i, (ordinal, k, _, widened)) in rows.iter().enumerate() {
                 while ci < chunks.len() && i >= at + chunks[ci].num_rows() {
                     at += chunks[ci].num_rows();
                     ci += 1;
@@ -336,6 +344,10 @@ fn restore_table(
                         def.name
                     )));
                 };
+                if *widened {
+                    // Written before a column was added: keeps its bytes.
+                    continue;
+                }
                 let value = RowValue {
                     table: name.clone(),
                     ordinal: *ordinal,

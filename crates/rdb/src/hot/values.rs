@@ -71,25 +71,50 @@ impl ValueSource for RowValue {
     }
 }
 
-/// The one batch of `table` a record holds, checked against the schema.
-fn one_batch(table: &str, bytes: &[u8], schema: &Schema, what: &str) -> Result<Batch, RdbError> {
-    let mut batches = codec::decode(bytes, Some(schema))
-        .map_err(|e| RdbError::Restore(format!("table '{table}': {what} does not decode: {e}")))?;
+/// The one batch of `table` a record holds, checked against the schema,
+/// and whether it was widened: rows persisted before a column was added
+/// hold a prefix of the table's columns and read as nulls in the rest (such
+/// a record no longer encodes to the table's rows as they are now).
+fn one_batch(
+    table: &str,
+    bytes: &[u8],
+    schema: &Schema,
+    what: &str,
+) -> Result<(Batch, bool), RdbError> {
+    let (mut batches, widened) = match codec::decode(bytes, Some(schema)) {
+        Ok(b) => (b, false),
+        Err(_) => (
+            codec::decode_widened(bytes, schema).map_err(|e| {
+                RdbError::Restore(format!("table '{table}': {what} does not decode: {e}"))
+            })?,
+            true,
+        ),
+    };
     match (batches.pop(), batches.is_empty()) {
-        (Some(b), true) if b.table == table && !b.is_clear_marker() => Ok(b),
+        (Some(b), true) if b.table == table && !b.is_clear_marker() => Ok((b, widened)),
         _ => Err(RdbError::Restore(format!(
             "table '{table}': {what} does not hold exactly one batch of the table"
         ))),
     }
 }
 
-/// Decodes an append table's segment record.
-pub fn decode_segment(table: &str, bytes: &[u8], schema: &Schema) -> Result<Batch, RdbError> {
+/// Decodes an append table's segment record (and whether it was widened,
+/// see `one_batch`).
+pub fn decode_segment(
+    table: &str,
+    bytes: &[u8],
+    schema: &Schema,
+) -> Result<(Batch, bool), RdbError> {
     one_batch(table, bytes, schema, "a segment record")
 }
 
-/// Decodes a keyed table's row record: (ordinal, the one-row batch).
-pub fn decode_row(table: &str, bytes: &[u8], schema: &Schema) -> Result<(u64, Batch), RdbError> {
+/// Decodes a keyed table's row record: (ordinal, the one-row batch, whether
+/// it was widened).
+pub fn decode_row(
+    table: &str,
+    bytes: &[u8],
+    schema: &Schema,
+) -> Result<(u64, Batch, bool), RdbError> {
     let (head, rest) = bytes.split_at_checked(8).ok_or_else(|| {
         RdbError::Restore(format!(
             "table '{table}': a row record of {} bytes",
@@ -98,14 +123,14 @@ pub fn decode_row(table: &str, bytes: &[u8], schema: &Schema) -> Result<(u64, Ba
     })?;
     let mut a = [0u8; 8];
     a.copy_from_slice(head);
-    let b = one_batch(table, rest, schema, "a row record")?;
+    let (b, widened) = one_batch(table, rest, schema, "a row record")?;
     if b.rows != 1 {
         return Err(RdbError::Restore(format!(
             "table '{table}': a row record holds {} rows",
             b.rows
         )));
     }
-    Ok((u64::from_le_bytes(a), b))
+    Ok((u64::from_le_bytes(a), b, widened))
 }
 
 /// Rows `from..to` of a table snapshot, as slices of its chunks.
