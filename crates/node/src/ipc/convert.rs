@@ -420,7 +420,13 @@ pub fn table_from_batch(def: &TableDef, b: &Batch) -> K {
     let columns = b.columns.iter().map(|c| column_to_q(c, b.rows)).collect();
     K::Table(Table {
         attr: 0,
-        names: def.columns.iter().map(|c| c.name.clone()).collect(),
+        // A batch from before a column was added holds a prefix of them.
+        names: def
+            .columns
+            .iter()
+            .take(b.columns.len())
+            .map(|c| c.name.clone())
+            .collect(),
         columns,
     })
 }

@@ -45,9 +45,9 @@ impl Subscriber {
             .subscribe(&format!("ipc {peer}"), SubFilter::default(), u64::MAX)
             .map_err(|e| e.to_string())?;
         let filters: Arc<Mutex<Filters>> = Arc::default();
-        let (f2, q2, schema) = (filters.clone(), sub.queue.clone(), tp.schema().clone());
+        let (f2, q2, mut schema) = (filters.clone(), sub.queue.clone(), tp.schema());
         let pump = tokio::spawn(async move {
-            let why = pump(&q2, &f2, &schema, &out, may_compress).await;
+            let why = pump(&q2, &f2, &mut schema, &out, may_compress).await;
             let _ = cut_off.send(why);
         });
         Ok(Subscriber {
@@ -81,7 +81,7 @@ impl Drop for Subscriber {
 async fn pump(
     q: &Arc<SubQueue>,
     filters: &Mutex<Filters>,
-    schema: &Schema,
+    schema: &mut Arc<Schema>,
     out: &mpsc::Sender<Vec<u8>>,
     may_compress: bool,
 ) -> String {
@@ -116,14 +116,21 @@ async fn pump(
 /// Days from 1970-01-01 to kdb+'s epoch, 2000-01-01.
 const KDB_EPOCH_DAYS: i32 = 10_957;
 
-fn messages(updates: &[&tickdb_tp::Update], filters: &Mutex<Filters>, schema: &Schema) -> Vec<K> {
+/// `schema` follows the schema changes the updates carry (CREATE TABLE,
+/// ALTER TABLE ... ADD COLUMN): the rows after a change are sent with its
+/// columns.
+fn messages(
+    updates: &[&tickdb_tp::Update],
+    filters: &Mutex<Filters>,
+    schema: &mut Arc<Schema>,
+) -> Vec<K> {
     let filters = filters.lock();
     let mut out = Vec::new();
     // Per table, in order of first appearance.
     // A table's only part is borrowed from the update: most updates carry
     // one batch per table, and copying it per subscriber would be waste.
     let mut pending: Vec<(String, Vec<Cow<Batch>>)> = Vec::new();
-    let flush = |pending: &mut Vec<(String, Vec<Cow<Batch>>)>, out: &mut Vec<K>| {
+    fn flush(schema: &Schema, pending: &mut Vec<(String, Vec<Cow<Batch>>)>, out: &mut Vec<K>) {
         for (table, mut parts) in pending.drain(..) {
             let Some(def) = schema.table(&table) else {
                 continue;
@@ -141,13 +148,22 @@ fn messages(updates: &[&tickdb_tp::Update], filters: &Mutex<Filters>, schema: &S
                 table_from_batch(def, &b),
             ]));
         }
-    };
+    }
     for u in updates {
         for b in &u.batches {
+            if let Some((toml, _)) = b.schema_change_text() {
+                // The rows before the change go with the columns they have.
+                flush(schema, &mut pending, &mut out);
+                match Schema::parse(toml, &format!("the schema change at seq {}", u.seq)) {
+                    Ok(s) => *schema = Arc::new(s),
+                    Err(e) => tracing::warn!("kdb+ IPC subscription: {e}"),
+                }
+                continue;
+            }
             if let Some(date) = b.end_of_day_date() {
                 // kdb+'s `.u.end[date]`, after everything before it.
                 if !filters.is_empty() {
-                    flush(&mut pending, &mut out);
+                    flush(schema, &mut pending, &mut out);
                     out.push(K::List(vec![
                         K::symbol(".u.end"),
                         K::Atom(Atom::Int(Kind::Date, date - KDB_EPOCH_DAYS)),
@@ -194,6 +210,6 @@ fn messages(updates: &[&tickdb_tp::Update], filters: &Mutex<Filters>, schema: &S
             }
         }
     }
-    flush(&mut pending, &mut out);
+    flush(schema, &mut pending, &mut out);
     out
 }
