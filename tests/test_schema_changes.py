@@ -382,3 +382,23 @@ def test_a_kdb_subscriber_gets_the_new_column_from_the_change_on(cluster):
     assert list(table.kS()) == ["time", "sym", "price", "size", "venue"]
     assert list(table.kK()[4].kS()) == ["XNYS"]
     s.close()
+
+
+def test_history_written_before_a_column_was_added_reads_null_in_it(cluster, tmp_path):
+    from test_history import end_of_day
+
+    node = cluster.up(extra=["--hdb", str(tmp_path / "hdb")])
+    d1 = 1_763_596_800_000_000_000  # 2025-11-20T00:00:00Z
+    assert write(node, [f"trade,sym=AAA price=1.5,size={i}i {d1 + i}" for i in range(1, 6)]).status_code == 204
+    end_of_day(node, "2025-11-20")
+    ok_ddl(node, "ALTER TABLE trade ADD COLUMN venue SYMBOL")
+    assert write(node, [f"trade,sym=AAA,venue=XNYS price=1.5,size={i}i {d1 + 86_400_000_000_000 + i}"
+                        for i in range(6, 9)]).status_code == 204
+    sql = "select date, count(*), count(venue) from trade group by date order by date"
+    got = wait_for(node, "select count(*) from trade", [[8]])
+    assert got == [[8]]
+    rows = node.exec(sql)
+    assert [r[1:] for r in rows] == [[5, 0], [3, 3]], rows
+    end_of_day(node, "2025-11-21")
+    rows = node.exec(sql)
+    assert [r[1:] for r in rows] == [[5, 0], [3, 3]], rows

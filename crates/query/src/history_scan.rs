@@ -134,22 +134,31 @@ pub(crate) fn parquet_branch(
         .build();
     let scan: Arc<dyn ExecutionPlan> = DataSourceExec::from_data_source(config);
 
-    // sym comes out as Utf8: cast it to the table's dictionary type.
+    // Symbol columns come out as Utf8: cast them to the table's dictionary
+    // type (sym, and any other symbol column, such as one added by ALTER
+    // TABLE after the day was written, which the files then lack and the
+    // scan fills with nulls).
     let out = scan.schema();
-    let sym = table
-        .def()
-        .sym_column
-        .map(|i| table.def().columns[i].name.clone());
-    let Some(at) = sym.and_then(|s| out.index_of(&s).ok()) else {
+    let is_symbol: Vec<bool> = out
+        .fields()
+        .iter()
+        .map(|f| {
+            table
+                .def()
+                .column_index(f.name())
+                .is_some_and(|i| table.def().columns[i].ty == tickdb_core::ColumnType::Symbol)
+        })
+        .collect();
+    if !is_symbol.iter().any(|s| *s) {
         return Ok(Some(scan));
-    };
+    }
     let exprs: Vec<(Arc<dyn PhysicalExpr>, String)> = out
         .fields()
         .iter()
         .enumerate()
         .map(|(i, f)| {
             let c: Arc<dyn PhysicalExpr> = Arc::new(PhysColumn::new(f.name(), i));
-            let e: Arc<dyn PhysicalExpr> = if i == at {
+            let e: Arc<dyn PhysicalExpr> = if is_symbol[i] {
                 Arc::new(CastExpr::new(c, sym_type(), None))
             } else {
                 c
