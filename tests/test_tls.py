@@ -19,7 +19,7 @@ import pytest
 import requests
 from questdb import Sender, TimestampNanos
 
-from harness import free_port
+from harness import free_port, run
 
 T0 = 1_700_000_000_000_000_000
 
@@ -259,3 +259,53 @@ def test_a_standby_follows_a_tls_primary(tls_node, cluster, tmp_path):
             break
         time.sleep(0.05)
     assert [s["state"] for s in link] == ["streaming"], link
+
+
+def https_status(url: str, ca: Path) -> dict:
+    return requests.get(url + "/status", verify=str(ca), timeout=10).json()
+
+
+def test_a_switchover_between_tls_nodes(cluster, tmp_path, monkeypatch):
+    """`tickdb switchover --tls-ca` reaches a primary whose HTTP speaks only
+    TLS, and the primary's own call to its standby's HTTP API (the
+    promotion) speaks TLS with its --primary-tls-ca; without --tls-ca the
+    command is told the port wants TLS, and nothing changes."""
+    monkeypatch.setenv("TICKDB_REPL_SECRET", "switchover-tls-test-secret-0123456789")
+    ca, cert, key = make_certs(tmp_path)
+    tls = ["--tls-cert", str(cert), "--tls-key", str(key), "--primary-tls-ca", str(ca)]
+    p = cluster.up(data_dir=tmp_path / "p", extra=tls, start=False)
+    p_url = start_tls(p, ca)
+    s = cluster.up(data_dir=tmp_path / "s", start=False,
+                   extra=[*tls, "--standby-of", f"127.0.0.1:{p.repl_port}"])
+    s_url = start_tls(s, ca)
+    write_tcps(p, ca, "SW", 100)
+    deadline = time.monotonic() + 30
+    while https_scalar(p_url, ca, "select count(*) from trade") < 100:
+        assert time.monotonic() < deadline, p.log_tail()
+        time.sleep(0.05)
+    while True:
+        link = https_status(p_url, ca)["replication"]["standbys"]
+        if [x["state"] for x in link] == ["streaming"]:
+            break
+        assert time.monotonic() < deadline, (link, p.log_tail(), s.log_tail())
+        time.sleep(0.05)
+
+    node = f"127.0.0.1:{p.http_port}"
+    plain = run(["switchover", "--node", node])
+    assert plain.returncode != 0
+    assert "TLS" in plain.stderr or "tls" in plain.stderr, plain.stderr
+    assert https_status(p_url, ca)["replication"]["role"] == "primary"
+
+    r = run(["switchover", "--node", node, "--tls-ca", str(ca)])
+    assert r.returncode == 0, r.stderr + p.log_tail() + s.log_tail()
+    deadline = time.monotonic() + 30
+    while https_status(s_url, ca)["replication"]["role"] != "primary":
+        assert time.monotonic() < deadline, s.log_tail()
+        time.sleep(0.05)
+    # The new primary has every row, and takes writes over TLS.
+    assert https_scalar(s_url, ca, "select count(*) from trade") == 100
+    write_tcps(s, ca, "SW", 10, first=100)
+    deadline = time.monotonic() + 30
+    while https_scalar(s_url, ca, "select count(*) from trade") < 110:
+        assert time.monotonic() < deadline, s.log_tail()
+        time.sleep(0.05)

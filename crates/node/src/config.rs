@@ -203,7 +203,8 @@ pub struct ReplArgs {
     /// IP address or a DNS name). There is no default trust store: without
     /// this flag a standby connects in plaintext. In a failover group give
     /// every node --tls-cert, --tls-key and this flag, since any of them
-    /// may come to follow another.
+    /// may come to follow another; a primary handing its role over in a
+    /// switchover also calls the standby's HTTP API over TLS with it.
     #[arg(long, value_name = "FILE")]
     pub primary_tls_ca: Option<PathBuf>,
     /// How this node ships records to its standbys.

@@ -11,6 +11,7 @@ use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use tickdb_net::tls::ClientTls;
 
 /// The environment variable a demoted node re-executes itself with: the
 /// replication address of the primary it follows from now on. It replaces
@@ -321,6 +322,7 @@ pub async fn switchover(
         }
     };
     let answer = admin_post(
+        repl.peer_tls.as_ref(),
         &target.http,
         &format!("/admin/promote?min_seq={seq}&why=switchover"),
     )
@@ -397,13 +399,23 @@ pub async fn rejoin_as_standby(tp: &std::sync::Arc<tickdb_tp::Tickerplant>, prim
 }
 
 /// POSTs to another node's HTTP API: (status, body).
-pub async fn admin_post(http: &str, path_and_query: &str) -> Result<(u16, String), String> {
-    admin_call("POST", http, path_and_query).await
+/// With `tls`, over TLS (the node at `http` was started with --tls-cert),
+/// trusting its CAs.
+pub async fn admin_post(
+    tls: Option<&ClientTls>,
+    http: &str,
+    path_and_query: &str,
+) -> Result<(u16, String), String> {
+    admin_call(tls, "POST", http, path_and_query).await
 }
 
 /// GETs from another node's HTTP API (`/status`): (status, body).
-pub async fn admin_get(http: &str, path_and_query: &str) -> Result<(u16, String), String> {
-    admin_call("GET", http, path_and_query).await
+pub async fn admin_get(
+    tls: Option<&ClientTls>,
+    http: &str,
+    path_and_query: &str,
+) -> Result<(u16, String), String> {
+    admin_call(tls, "GET", http, path_and_query).await
 }
 
 /// The variables naming the admin user that `tickdb promote`,
@@ -429,15 +441,20 @@ fn admin_authorization() -> String {
 }
 
 async fn admin_call(
+    tls: Option<&ClientTls>,
     method: &str,
     http: &str,
     path_and_query: &str,
 ) -> Result<(u16, String), String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let go = async {
-        let mut s = tokio::net::TcpStream::connect(http)
+        let sock = tokio::net::TcpStream::connect(http)
             .await
             .map_err(|e| format!("connecting to {http}: {e}"))?;
+        let mut s = match tls {
+            Some(tls) => tls.connect(http, sock).await?,
+            None => tickdb_net::stream::Stream::from(sock),
+        };
         let req = format!(
             "{method} {path_and_query} HTTP/1.1\r\nHost: {http}\r\n{}Content-Length: 0\r\nConnection: close\r\n\r\n",
             admin_authorization()
@@ -445,12 +462,27 @@ async fn admin_call(
         s.write_all(req.as_bytes())
             .await
             .map_err(|e| format!("writing to {http}: {e}"))?;
+        // A TLS session holds written bytes until flushed.
+        s.flush()
+            .await
+            .map_err(|e| format!("writing to {http}: {e}"))?;
         let mut buf = Vec::new();
         // A bounded answer: an admin reply is a small JSON object.
-        s.take(1 << 20)
-            .read_to_end(&mut buf)
-            .await
-            .map_err(|e| format!("reading from {http}: {e}"))?;
+        match s.take(1 << 20).read_to_end(&mut buf).await {
+            Ok(_) => {}
+            // A TLS peer that closes without close_notify after its whole
+            // answer (`Connection: close`): the answer is still whole.
+            // A node on TLS answers a plaintext request with 400 and
+            // closes at once, which can reset the connection under the
+            // answer: what arrived of it is still read below.
+            Err(_) if buf.starts_with(b"HTTP/") => {}
+            Err(e) if tls.is_none() => {
+                return Err(format!(
+                    "reading from {http}: {e} (a node started with --tls-cert speaks only TLS on its HTTP port: give --tls-ca FILE)"
+                ))
+            }
+            Err(e) => return Err(format!("reading from {http}: {e}")),
+        }
         let text = String::from_utf8_lossy(&buf).into_owned();
         let status = text
             .split(' ')

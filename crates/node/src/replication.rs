@@ -30,6 +30,10 @@ pub struct Replication {
     pub failover: Arc<crate::failover::FailoverState>,
     /// With --etcd: automatic failover's client and settings.
     pub etcd: Option<Arc<crate::leader::Etcd>>,
+    /// `--primary-tls-ca`: the CAs this node trusts in its peers'
+    /// certificates; a switchover's call to the standby's HTTP API speaks
+    /// TLS with it (peers started with --tls-cert serve HTTP on TLS only).
+    pub peer_tls: Option<tickdb_net::tls::ClientTls>,
 }
 
 /// What a node needs before its tickerplant opens.
@@ -504,6 +508,7 @@ pub fn start(
         promoting: tokio::sync::Mutex::new(()),
         failover,
         etcd: prepared.etcd,
+        peer_tls: prepared.tls,
     })
 }
 

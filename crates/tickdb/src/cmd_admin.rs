@@ -14,6 +14,8 @@ pub struct PromoteArgs {
     /// Refuse unless the standby's journal holds this sequence.
     #[arg(long, value_name = "SEQ")]
     pub min_seq: Option<u64>,
+    #[command(flatten)]
+    pub tls: AdminTls,
 }
 
 #[derive(Args, Debug)]
@@ -29,9 +31,40 @@ pub struct SwitchoverArgs {
     /// before it gives up and stays the primary.
     #[arg(long, default_value_t = 5000, value_name = "MS")]
     pub timeout_ms: u64,
+    #[command(flatten)]
+    pub tls: AdminTls,
 }
 
-fn call(node: &str, path: &str) -> ExitCode {
+/// How an admin command reaches a node whose HTTP speaks TLS.
+#[derive(Args, Debug)]
+pub struct AdminTls {
+    /// Speak TLS to --node, trusting the CA certificates in FILE (PEM): for
+    /// a node started with --tls-cert, whose HTTP port speaks only TLS. The
+    /// certificate must name the host of --node. No system trust store is
+    /// used.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<std::path::PathBuf>,
+}
+
+impl AdminTls {
+    /// The TLS client, or none without --tls-ca; Err names the file and
+    /// what is wrong with it.
+    pub fn client(&self) -> Result<Option<tickdb_net::tls::ClientTls>, String> {
+        self.tls_ca
+            .as_deref()
+            .map(|ca| tickdb_net::tls::client(ca, "--tls-ca"))
+            .transpose()
+    }
+}
+
+fn call(node: &str, path: &str, tls: &AdminTls) -> ExitCode {
+    let tls = match tls.client() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("tickdb: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -42,7 +75,7 @@ fn call(node: &str, path: &str) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match rt.block_on(tickdb_node::failover::admin_post(node, path)) {
+    match rt.block_on(tickdb_node::failover::admin_post(tls.as_ref(), node, path)) {
         Ok((200, body)) => {
             println!("{body}");
             ExitCode::SUCCESS
@@ -63,7 +96,7 @@ pub fn promote(a: PromoteArgs) -> ExitCode {
     if let Some(s) = a.min_seq {
         path.push_str(&format!("&min_seq={s}"));
     }
-    call(&a.node, &path)
+    call(&a.node, &path, &a.tls)
 }
 
 pub fn switchover(a: SwitchoverArgs) -> ExitCode {
@@ -80,5 +113,5 @@ pub fn switchover(a: SwitchoverArgs) -> ExitCode {
             .collect();
         path.push_str(&format!("&to={enc}"));
     }
-    call(&a.node, &path)
+    call(&a.node, &path, &a.tls)
 }

@@ -27,6 +27,8 @@ pub struct EodArgs {
     /// How long to wait for the day to be written.
     #[arg(long, default_value_t = 600, value_name = "SECONDS")]
     pub timeout_s: u64,
+    #[command(flatten)]
+    pub tls: crate::cmd_admin::AdminTls,
 }
 
 #[derive(Args, Debug)]
@@ -117,11 +119,19 @@ pub fn eod(a: EodArgs) -> ExitCode {
 
 async fn eod_async(a: EodArgs) -> ExitCode {
     use tickdb_node::failover::{admin_get, admin_post};
+    let tls = match a.tls.client() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("tickdb: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let tls = tls.as_ref();
     let mut path = "/admin/eod".to_string();
     if let Some(d) = &a.date {
         path.push_str(&format!("?date={d}"));
     }
-    let (seq, date) = match admin_post(&a.node, &path).await {
+    let (seq, date) = match admin_post(tls, &a.node, &path).await {
         Ok((200, body)) => {
             let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
             (
@@ -145,7 +155,7 @@ async fn eod_async(a: EodArgs) -> ExitCode {
     let started = Instant::now();
     let mut said = String::new();
     loop {
-        let st = match admin_get(&a.node, "/status").await {
+        let st = match admin_get(tls, &a.node, "/status").await {
             Ok((200, body)) => serde_json::from_str::<serde_json::Value>(&body).unwrap_or_default(),
             Ok((status, body)) => {
                 eprintln!("tickdb: {} answered {status}: {body}", a.node);
