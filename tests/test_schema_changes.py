@@ -402,3 +402,16 @@ def test_history_written_before_a_column_was_added_reads_null_in_it(cluster, tmp
     end_of_day(node, "2025-11-21")
     rows = node.exec(sql)
     assert [r[1:] for r in rows] == [[5, 0], [3, 3]], rows
+
+
+def test_a_tp_without_tables_takes_ddl_on_exec_and_its_rdb_follows(cluster):
+    tp = cluster.tp()
+    rdb = cluster.rdb(tp.tp_port)
+    assert write(tp, [f"trade,sym=AAA price=1.5,size=1i {T0 + 1}"]).status_code == 204
+    seq = ok_ddl(tp, "CREATE TABLE news (time TIMESTAMP, sym SYMBOL, headline VARCHAR)")
+    assert seq == 2
+    assert write(tp, [f'news,sym=AAA headline="up" {T0 + 2}']).status_code == 204
+    wait_for(rdb, "select sym, headline from news", [["AAA", "up"]])
+    # A query is for an rdb.
+    r = requests.get(tp.url + "/exec", params={"query": "select 1"}, timeout=10)
+    assert r.status_code == 400 and "send queries to an rdb" in r.json()["message"], r.text

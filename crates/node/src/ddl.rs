@@ -22,7 +22,8 @@ const DDL_APPLIED_POLL_MS: u64 = 2;
 
 pub struct TpDdl {
     pub tp: Arc<Tickerplant>,
-    pub rdb: Arc<Rdb>,
+    /// This node's rdb (`tickdb up`); None on a tp without tables.
+    pub rdb: Option<Arc<Rdb>>,
     pub security: Arc<crate::security::Security>,
 }
 
@@ -90,8 +91,11 @@ impl DdlExec for TpDdl {
 
     fn wait_applied(&self, seq: u64) -> BoxFuture<'_, ()> {
         Box::pin(async move {
+            let Some(rdb) = &self.rdb else {
+                return;
+            };
             let until = Instant::now() + Duration::from_millis(DDL_APPLIED_WAIT_MS);
-            while self.rdb.applied_seq() < seq && Instant::now() < until {
+            while rdb.applied_seq() < seq && Instant::now() < until {
                 tokio::time::sleep(Duration::from_millis(DDL_APPLIED_POLL_MS)).await;
             }
         })

@@ -47,6 +47,10 @@ pub fn router(state: AppState) -> Router {
             .route("/exec", get(exec).post(exec))
             .route("/checkpoint", post(checkpoint));
     }
+    if role == Role::Tp {
+        // A tp without tables runs schema changes only (docs/sql.md).
+        r = r.route("/exec", get(exec_ddl_only).post(exec_ddl_only));
+    }
     if role == Role::Up {
         r = r.route("/journal/trim", post(trim_journal));
     }
@@ -788,6 +792,79 @@ struct ExecParams {
 /// a failure after the first bytes have gone out (a timeout, say) aborts
 /// the response, so a client never mistakes part of an answer for all of
 /// it.
+/// `/exec` on a tp without tables (`tickdb tp`): `CREATE TABLE` and `ALTER
+/// TABLE ... ADD COLUMN` only, by an admin; a query is refused, saying
+/// where queries go.
+async fn exec_ddl_only(
+    State(s): State<AppState>,
+    Query(p): Query<ExecParams>,
+    logged_in: Option<axum::Extension<crate::http_auth::LoggedIn>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let Some(tp) = s.node.tp() else {
+        return not_ready(&s.node);
+    };
+    let (sql, _) = match exec_statement(&s, p, &headers, body).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let ops =
+        match tickdb_query::ddl::parse(&sql) {
+            Ok(Some(ops)) => ops,
+            Ok(None) => return json_error(
+                StatusCode::BAD_REQUEST,
+                "invalid",
+                "this node is a tickerplant without tables: it runs CREATE TABLE and ALTER TABLE \
+                 ... ADD COLUMN; send queries to an rdb (tickdb rdb) or a node started with \
+                 tickdb up"
+                    .into(),
+                json!({}),
+            ),
+            Err(e) => return query_error(&sql, e),
+        };
+    let ddl = crate::ddl::TpDdl {
+        tp: tp.clone(),
+        rdb: None,
+        security: s.node.security(),
+    };
+    let user = logged_in.map(|u| u.0 .0.clone());
+    use tickdb_query::ddl::DdlExec;
+    match ddl.exec(ops, sql.clone(), user).await {
+        Ok(done) => json_ok(json!({ "ddl": "OK", "seq": done.seq })),
+        Err(e) => query_error(&sql, e),
+    }
+}
+
+/// The statement (and the format asked for) of an `/exec` request: the
+/// `query` parameter, or a POST body (a form, or the SQL as it is).
+async fn exec_statement(
+    s: &AppState,
+    mut p: ExecParams,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(String, Option<String>), Response> {
+    if p.query.is_none() {
+        // POST: the statement in the body, as a form (query=...) or as is.
+        let b = exec_body(s, headers, body).await?;
+        if let Some(q) = b.query {
+            p.query = Some(q);
+        }
+        if b.format.is_some() {
+            p.format = b.format;
+        }
+    }
+    match p.query.filter(|q| !q.trim().is_empty()) {
+        Some(sql) => Ok((sql, p.format)),
+        None => Err(json_error(
+            StatusCode::BAD_REQUEST,
+            "invalid",
+            "missing query: GET /exec?query=SELECT..., or POST it in the body".into(),
+            json!({}),
+        )),
+    }
+}
+
 async fn exec(
     State(s): State<AppState>,
     Query(p): Query<ExecParams>,
@@ -798,28 +875,9 @@ async fn exec(
     let Some(engine) = s.node.query() else {
         return not_ready(&s.node);
     };
-    let mut p = p;
-    if p.query.is_none() {
-        // POST: the statement in the body, as a form (query=...) or as is.
-        match exec_body(&s, &headers, body).await {
-            Ok(b) => {
-                if let Some(q) = b.query {
-                    p.query = Some(q);
-                }
-                if b.format.is_some() {
-                    p.format = b.format;
-                }
-            }
-            Err(r) => return r,
-        }
-    }
-    let Some(sql) = p.query.filter(|q| !q.trim().is_empty()) else {
-        return json_error(
-            StatusCode::BAD_REQUEST,
-            "invalid",
-            "missing query: GET /exec?query=SELECT..., or POST it in the body".into(),
-            json!({}),
-        );
+    let (sql, format) = match exec_statement(&s, p, &headers, body).await {
+        Ok(x) => x,
+        Err(r) => return r,
     };
     // CREATE TABLE and ALTER TABLE ... ADD COLUMN: run by the tp, by an
     // admin (docs/sql.md, "Schema changes"); QuestDB answers {"ddl":"OK"}.
@@ -831,7 +889,7 @@ async fn exec(
         }
         Err(e) => return query_error(&sql, e),
     }
-    let name = p.format.as_deref().unwrap_or("json");
+    let name = format.as_deref().unwrap_or("json");
     let Some(format) = Format::parse(name) else {
         return json_error(
             StatusCode::BAD_REQUEST,

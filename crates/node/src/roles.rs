@@ -768,7 +768,7 @@ pub async fn up(a: UpArgs) -> Result<(), String> {
     // this node's tp.
     engine.set_ddl(Arc::new(crate::ddl::TpDdl {
         tp: tp.clone(),
-        rdb: rdb.clone(),
+        rdb: Some(rdb.clone()),
         security: node.security(),
     }));
     node.set_query(engine.clone());
