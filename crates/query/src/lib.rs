@@ -36,7 +36,6 @@ pub use pool::PoolStats;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::DataFusionError;
-use datafusion::common::TableReference;
 use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::memory_pool::{GreedyMemoryPool, TrackConsumersPool};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
@@ -256,7 +255,7 @@ impl QueryEngine {
         let ctx = SessionContext::new_with_state(state);
         let pool = pool::QueryPool::new(opts.threads, opts.concurrency, opts.queue_max)?;
         let version = store.schema_version();
-        register_tables(&ctx, &store, &opts, &[])?;
+        register_tables(&ctx, &store, &opts)?;
         udf::register(&ctx);
         asof::register(&ctx);
         checked::install(&ctx, opts.memory_limit_bytes);
@@ -300,13 +299,7 @@ impl QueryEngine {
         if i.tables_version.load(Ordering::Acquire) == now {
             return;
         }
-        let registered: Vec<String> = i
-            .ctx
-            .catalog("datafusion")
-            .and_then(|c| c.schema("public"))
-            .map(|s| s.table_names())
-            .unwrap_or_default();
-        match register_tables(&i.ctx, &i.store, &i.opts, &registered) {
+        match register_tables(&i.ctx, &i.store, &i.opts) {
             Ok(()) => i.tables_version.store(now, Ordering::Release),
             Err(e) => tracing::error!("registering the tables after a schema change: {e}"),
         }
@@ -361,54 +354,56 @@ impl QueryEngine {
     }
 }
 
-/// Registers every table of `store`'s schema (after dropping the ones in
-/// `replace`), and the `latest` table function over them.
+/// Registers every table of `store`'s schema, replacing what was there,
+/// and the `latest` table function over them.
 fn register_tables(
     ctx: &SessionContext,
     store: &Arc<Store>,
     opts: &QueryOptions,
-    replace: &[String],
 ) -> Result<(), QueryError> {
-    {
-        let mut tables = std::collections::HashMap::new();
-        let mut hist = std::collections::HashMap::new();
-        for t in &store.schema().tables {
-            if replace.contains(&t.name) {
-                ctx.deregister_table(TableReference::bare(t.name.as_str()))
-                    .map_err(|e| {
-                        QueryError::Internal(format!("replacing table '{}': {e}", t.name))
-                    })?;
+    // Every table goes into a new `public` schema, swapped in whole: a
+    // query planned while the tables change (a DDL) sees all the old
+    // providers or all the new ones, never a name missing between a
+    // deregister and a register.
+    use datafusion::catalog::SchemaProvider;
+    let public = datafusion::catalog::MemorySchemaProvider::new();
+    let mut tables = std::collections::HashMap::new();
+    let mut hist = std::collections::HashMap::new();
+    for t in &store.schema().tables {
+        let append = matches!(t.kind, tickdb_core::schema::TableKind::Append);
+        let registered: Arc<dyn datafusion::catalog::TableProvider> = match &opts.hdb {
+            Some(root) if append => {
+                let h = Arc::new(history::HistTable::new(
+                    store.clone(),
+                    t,
+                    root,
+                    opts.target_partitions,
+                )?);
+                tables.insert(t.name.clone(), h.tick().clone());
+                hist.insert(t.name.clone(), h.clone());
+                h
             }
-            let append = matches!(t.kind, tickdb_core::schema::TableKind::Append);
-            let registered: Arc<dyn datafusion::catalog::TableProvider> = match &opts.hdb {
-                Some(root) if append => {
-                    let h = Arc::new(history::HistTable::new(
-                        store.clone(),
-                        t,
-                        root,
-                        opts.target_partitions,
-                    )?);
-                    tables.insert(t.name.clone(), h.tick().clone());
-                    hist.insert(t.name.clone(), h.clone());
-                    h
-                }
-                _ => {
-                    let p = Arc::new(provider::TickTable::new(
-                        store.clone(),
-                        t,
-                        opts.target_partitions,
-                    ));
-                    tables.insert(t.name.clone(), p.clone());
-                    p
-                }
-            };
-            ctx.register_table(TableReference::bare(t.name.as_str()), registered)
-                .map_err(|e| {
-                    QueryError::Internal(format!("registering table '{}': {e}", t.name))
-                })?;
-        }
-        ctx.register_udtf(latest::NAME, Arc::new(latest::LatestFunc { tables, hist }));
+            _ => {
+                let p = Arc::new(provider::TickTable::new(
+                    store.clone(),
+                    t,
+                    opts.target_partitions,
+                ));
+                tables.insert(t.name.clone(), p.clone());
+                p
+            }
+        };
+        public
+            .register_table(t.name.clone(), registered)
+            .map_err(|e| QueryError::Internal(format!("registering table '{}': {e}", t.name)))?;
     }
+    let catalog = ctx
+        .catalog("datafusion")
+        .ok_or_else(|| QueryError::Internal("no catalog 'datafusion'".into()))?;
+    catalog
+        .register_schema("public", Arc::new(public))
+        .map_err(|e| QueryError::Internal(format!("registering the tables: {e}")))?;
+    ctx.register_udtf(latest::NAME, Arc::new(latest::LatestFunc { tables, hist }));
     Ok(())
 }
 

@@ -110,3 +110,63 @@ async fn created_table_is_queryable_at_once() {
     // A query is not DDL.
     assert!(engine.run_ddl("SELECT 1", None).await.unwrap().is_none());
 }
+
+/// Queries running while columns are added one after another never miss
+/// the table: the engine swaps the whole set of tables in at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queries_during_schema_changes_always_find_the_table() {
+    let trades = gen_trades(500);
+    let store = store_with(&trades);
+    let engine = engine(store.clone());
+    let changes_done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let changes = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            for i in 0..200 {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+                let next = apply(
+                    &store.schema(),
+                    &[SchemaOp::AddColumn {
+                        table: "trade".into(),
+                        column: NewColumn {
+                            name: format!("c{i}"),
+                            ty: ColumnType::F64,
+                        },
+                        if_not_exists: false,
+                    }],
+                )
+                .unwrap()
+                .unwrap();
+                store.change_schema(&next).unwrap();
+            }
+        })
+    };
+    // Several queries at once: one of them registers the tables again
+    // after a change while the others plan.
+    let mut tasks = Vec::new();
+    for t in 0..4 {
+        let (engine, done) = (engine.clone(), changes_done.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut queries = 0;
+            while !done.load(std::sync::atomic::Ordering::Acquire) || queries == 0 {
+                let r = engine.query("SELECT count(*) AS n FROM trade").await;
+                let r = r.unwrap_or_else(|e| panic!("task {t}, query {queries}: {e}"));
+                assert_eq!(rows(&r), vec![vec!["500".to_string()]]);
+                queries += 1;
+            }
+            queries
+        }));
+    }
+    changes.join().unwrap();
+    changes_done.store(true, std::sync::atomic::Ordering::Release);
+    let mut queries = 0;
+    for t in tasks {
+        queries += t.await.unwrap();
+    }
+    eprintln!("{queries} queries ran during the changes");
+    let r = engine
+        .query("SELECT count(c199) AS n FROM trade")
+        .await
+        .unwrap();
+    assert_eq!(rows(&r), vec![vec!["0".to_string()]]);
+}
