@@ -19,7 +19,7 @@ import pytest
 import requests
 from questdb import Sender, TimestampNanos
 
-from harness import free_port, run
+from harness import BIN, free_port, run
 
 T0 = 1_700_000_000_000_000_000
 
@@ -118,7 +118,7 @@ def test_postgresql_wire_with_psql_and_psycopg(tls_node):
 def test_bad_certificate_files_stop_the_start_naming_the_file(cluster, tmp_path):
     bad = tmp_path / "nothing.pem"
     bad.write_text("not a certificate\n")
-    p = subprocess.run([os.environ.get("TICKDB_BIN", ""), "up", "--http-port", str(free_port()),
+    p = subprocess.run([BIN, "up", "--http-port", str(free_port()),
                         "--tls-cert", str(bad), "--tls-key", str(bad), "--data-dir", str(tmp_path / "d")],
                        capture_output=True, text=True, timeout=30)
     assert p.returncode != 0 and "--tls-cert" in p.stderr and str(bad) in p.stderr, p.stderr
