@@ -785,13 +785,6 @@ struct ExecParams {
     format: Option<String>,
 }
 
-/// SQL over HTTP: JSON (QuestDB-like), `format=csv`, or `format=arrow`
-/// (an Arrow IPC stream). The result streams: each batch is encoded on the
-/// query threads and sent as it comes, so memory stays bounded whatever
-/// the result's size. Errors before the first batch get their status code;
-/// a failure after the first bytes have gone out (a timeout, say) aborts
-/// the response, so a client never mistakes part of an answer for all of
-/// it.
 /// `/exec` on a tp without tables (`tickdb tp`): `CREATE TABLE` and `ALTER
 /// TABLE ... ADD COLUMN` only, by an admin; a query is refused, saying
 /// where queries go.
@@ -865,6 +858,13 @@ async fn exec_statement(
     }
 }
 
+/// SQL over HTTP: JSON (QuestDB-like), `format=csv`, or `format=arrow`
+/// (an Arrow IPC stream). The result streams: each batch is encoded on the
+/// query threads and sent as it comes, so memory stays bounded whatever
+/// the result's size. Errors before the first batch get their status code;
+/// a failure after the first bytes have gone out (a timeout, say) aborts
+/// the response, so a client never mistakes part of an answer for all of
+/// it.
 async fn exec(
     State(s): State<AppState>,
     Query(p): Query<ExecParams>,
