@@ -54,7 +54,7 @@
 #   .venv/bin/python scripts/bench_build.py --out docs/benchmarks.md
 #                                   (first build: clean quick and release builds,
 #                                   then ingest and queries on both binaries;
-#                                   about 40 minutes; not run by this script)
+#                                   about 30 minutes; not run by this script)
 #   target/release/tickdb bench report --only sharding [--quick]
 #                                   (about 3 minutes; --quick about 1;
 #                                   sections: sharding, ipc, failover,
