@@ -274,11 +274,12 @@ def main() -> int:
                + f", but its queries take {min(q_ratios):.1f} to {max(q_ratios):.1f} times as long as "
                f"release's and its ingest runs at {min(i_ratios):.2f} to {max(i_ratios):.2f} of release's rate. "
                "SQL planning (`sqlparser`, `datafusion-sql`, the optimizer, DataFusion's session and planner) "
-               "at opt-level 0 takes several times longer, and DataFusion's execution crates at opt-level 1 run "
-               "slower than at 3. Compiling those at opt-level 1 or more brings the build past 10 minutes: "
-               "DataFusion and Arrow alone are about 21 CPU-minutes at opt-level 1, over 10 minutes of wall "
-               "time on 2 cores (a debug build, with every dependency at opt-level 1, took 11.6 minutes here; "
-               "this profile with every dependency at opt-level 1 took 13.7).", ""]
+               "at opt-level 0 takes several times longer (EXPLAIN alone, on a small table: 2 to 15 times "
+               "release's), and DataFusion's execution crates run at opt-level 1 instead of 3. Every dependency "
+               "at opt-level 1 is about 21 CPU-minutes of compiling (DataFusion, its SQL parser and Arrow about "
+               "15 of them), over 10 minutes of wall time on 2 cores by itself: a debug build took 11.6 minutes "
+               "here (2026-11-25), and this profile with every dependency at opt-level 1 took 13.7. A profile "
+               "between the two (planning at opt-level 1, the cold dependencies at 0) has not been measured.", ""]
         text = "\n".join(md) + "\n"
         if a.out:
             benchutil.write_section(Path(a.out), SECTION, text, REGEN_LINE)
