@@ -20,6 +20,7 @@ import pytest
 import requests
 
 from harness import BIN
+from test_ipc import read_frame
 
 T0 = 1_700_000_000_000_000_000
 SYMS = ["AAA", "BBB", "CCC"]
@@ -342,25 +343,6 @@ def test_hot_restart_checkpoints_before_and_after_the_change_restore(cluster):
     assert "restored" in node.log_tail(200)
 
 
-def read_ipc_frame(s) -> bytes:
-    """One kdb+ IPC message (header included)."""
-    import struct
-    h = b""
-    while len(h) < 8:
-        chunk = s.recv(8 - len(h))
-        if not chunk:
-            raise ConnectionError("closed")
-        h += chunk
-    n = struct.unpack("<I" if h[0] == 1 else ">I", h[4:8])[0]
-    body = b""
-    while len(body) < n - 8:
-        chunk = s.recv(n - 8 - len(body))
-        if not chunk:
-            raise ConnectionError("closed")
-        body += chunk
-    return h + body
-
-
 def test_a_kdb_subscriber_gets_the_new_column_from_the_change_on(cluster):
     from aiokdb import MessageType, b9, d9, kk, ks
     from harness import free_port
@@ -371,13 +353,13 @@ def test_a_kdb_subscriber_gets_the_new_column_from_the_change_on(cluster):
     s.sendall(b"tickdb:tickdb" + bytes([3, 0]))
     assert s.recv(1)
     s.sendall(b9(kk(ks(".u.sub"), ks("trade"), ks("")), msgtype=MessageType.SYNC))
-    d9(read_ipc_frame(s))
+    d9(read_frame(s))
     assert write(node, [f"trade,sym=AAA price=1.5,size=1i {T0 + 1}"]).status_code == 204
-    upd = d9(read_ipc_frame(s))
+    upd = d9(read_frame(s))
     assert list(upd.kK()[2].kS()) == ["time", "sym", "price", "size"]
     ok_ddl(node, "ALTER TABLE trade ADD COLUMN venue SYMBOL")
     assert write(node, [f"trade,sym=AAA,venue=XNYS price=1.5,size=2i {T0 + 2}"]).status_code == 204
-    upd = d9(read_ipc_frame(s))
+    upd = d9(read_frame(s))
     table = upd.kK()[2]
     assert list(table.kS()) == ["time", "sym", "price", "size", "venue"]
     assert list(table.kK()[4].kS()) == ["XNYS"]

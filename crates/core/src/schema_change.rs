@@ -57,6 +57,15 @@ pub enum SchemaOp {
 }
 
 impl SchemaOp {
+    /// Several statements in tickdb's words, `; `-separated (one DDL or one
+    /// ILP auto-create may make several changes at once).
+    pub fn describe_all(ops: &[SchemaOp]) -> String {
+        ops.iter()
+            .map(SchemaOp::describe)
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
     /// The statement in tickdb's words (canonical, for logs and the journal).
     pub fn describe(&self) -> String {
         match self {

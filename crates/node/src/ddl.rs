@@ -64,11 +64,7 @@ impl DdlExec for TpDdl {
                 Some(SchemaOp::CreateTable { .. }) => "CREATE TABLE",
                 _ => "ALTER TABLE",
             };
-            let what = ops
-                .iter()
-                .map(|o| o.describe())
-                .collect::<Vec<_>>()
-                .join("; ");
+            let what = SchemaOp::describe_all(&ops);
             let seq = self
                 .tp
                 .change_schema(ops, &what)

@@ -644,11 +644,7 @@ impl Tickerplant {
         if ops.is_empty() {
             return Ok(false);
         }
-        let what = ops
-            .iter()
-            .map(|o| o.describe())
-            .collect::<Vec<_>>()
-            .join("; ");
+        let what = tickdb_core::schema_change::SchemaOp::describe_all(&ops);
         let seq = self
             .change_schema(ops, &format!("ILP auto-create: {what}"))
             .await?;
