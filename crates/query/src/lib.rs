@@ -24,6 +24,7 @@ pub mod pg;
 pub mod pgfns;
 pub mod pool;
 pub mod provider;
+mod sym_group;
 mod sym_order;
 mod sym_scan;
 pub mod udf;

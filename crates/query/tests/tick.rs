@@ -480,7 +480,7 @@ async fn bars_per_symbol_group_without_a_shuffle() {
         );
         assert_eq!(rows(&e, &sql).await, want, "{filter}");
         let plan = format!("{:?}", rows(&e, &format!("EXPLAIN {sql}")).await);
-        assert!(plan.contains("mode=SinglePartitioned"), "{filter}: {plan}");
+        assert!(plan.contains("SymGroupExec"), "{filter}: {plan}");
         assert!(plan.contains("SymScanExec"), "{filter}: {plan}");
         assert!(!plan.contains("RepartitionExec"), "{filter}: {plan}");
     }
@@ -495,6 +495,71 @@ async fn bars_per_symbol_group_without_a_shuffle() {
         .await
     );
     assert!(!plan.contains("mode=SinglePartitioned"), "{plan}");
+    assert!(!plan.contains("SymGroupExec"), "{plan}");
+}
+
+/// Grouped by symbol and a key that is not in time order within a symbol
+/// (the size), with a FILTER and an average, through `SymGroupExec` (its
+/// table, not only its same-key-as-the-row-before path), against brute
+/// force; and grouped by symbol and a text key, left to DataFusion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn symbol_and_unordered_key_groups_match_brute_force() {
+    let trades = gen_trades(120_000);
+    let e = engine(store_with(&trades));
+    // (sym, size) -> (count, count with a price over 100, sum of prices, priced)
+    let mut want: BTreeMap<(&str, i64), (i64, i64, f64, i64)> = BTreeMap::new();
+    for t in &trades {
+        let g = want.entry((t.sym, t.size)).or_default();
+        g.0 += 1;
+        if let Some(p) = t.price {
+            g.1 += i64::from(p > 100.0);
+            g.2 += p;
+            g.3 += 1;
+        }
+    }
+    let sql = "SELECT sym, size, count(*), count(*) FILTER (WHERE price > 100), avg(price) \
+               FROM trade GROUP BY size, sym ORDER BY sym, size";
+    let got = rows(&e, sql).await;
+    assert_eq!(got.len(), want.len());
+    for (row, ((s, z), (n, big, sum, priced))) in got.iter().zip(&want) {
+        assert_eq!(row[0], json!(s), "{row}");
+        assert_eq!(row[1], json!(z), "{row}");
+        assert_eq!(row[2], json!(n), "{row}");
+        assert_eq!(row[3], json!(big), "{row}");
+        if *priced == 0 {
+            assert_eq!(row[4], json!(null), "{row}");
+        } else {
+            let avg = sum / *priced as f64;
+            assert!((row[4].as_f64().unwrap() - avg).abs() < 1e-9, "{row}");
+        }
+    }
+    let plan = format!("{:?}", rows(&e, &format!("EXPLAIN {sql}")).await);
+    assert!(plan.contains("SymGroupExec"), "{plan}");
+    // A group per row or two: far more groups than a batch, so finished
+    // symbols' groups are emitted while the next symbol's still grow.
+    let mut want: BTreeMap<(&str, i64), (i64, i64)> = BTreeMap::new();
+    for t in &trades {
+        let g = want.entry((t.sym, t.time)).or_default();
+        g.0 += 1;
+        g.1 += t.size;
+    }
+    let want: Vec<Value> = want
+        .iter()
+        .map(|((s, t), (n, v))| json!([s, encode::rfc3339_nanos(*t), n, v]))
+        .collect();
+    let sql =
+        "SELECT sym, time, count(*), sum(size) FROM trade GROUP BY sym, time ORDER BY sym, time";
+    assert_eq!(rows(&e, sql).await, want);
+    let plan = format!(
+        "{:?}",
+        rows(
+            &e,
+            "EXPLAIN SELECT sym, lower(sym) AS s, count(*) FROM trade GROUP BY sym, s"
+        )
+        .await
+    );
+    assert!(!plan.contains("SymGroupExec"), "{plan}");
+    assert!(plan.contains("mode=SinglePartitioned"), "{plan}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
