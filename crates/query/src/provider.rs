@@ -14,8 +14,11 @@
 //!   Inexact (chunks arrive in arrival order, not time order), so DataFusion
 //!   still filters the rows of the chunks that remain.
 
-use datafusion::arrow::array::{Array, BooleanArray, RecordBatch, RecordBatchOptions, UInt32Array};
-use datafusion::arrow::compute::{filter_record_batch, take_record_batch};
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, DictionaryArray, RecordBatch, RecordBatchOptions,
+    UInt32Array,
+};
+use datafusion::arrow::compute::{filter_record_batch, interleave, take_record_batch};
 use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit, UInt32Type};
 use datafusion::catalog::Session;
 use datafusion::common::{DataFusionError, Result, ScalarValue};
@@ -334,6 +337,11 @@ fn slices(batch: RecordBatch, rows: usize, out: &mut Vec<RecordBatch>) {
 }
 
 /// The batches a scan of `snap` yields under `pruning`, in arrival order.
+///
+/// A quiet symbol's rows in the indexed chunks are gathered across chunks
+/// into batches of `batch_rows`: it has a few rows in each of hundreds of
+/// chunks, and a batch per chunk would cost more to build and to run
+/// through the plan than the rows themselves.
 pub fn scan_batches(
     snap: &TableSnapshot,
     pruning: &Pruning,
@@ -348,7 +356,9 @@ pub fn scan_batches(
     if ids.as_ref().is_some_and(|i| i.is_empty()) {
         return Ok(Vec::new());
     }
+    let batch_rows = batch_rows.max(1);
     let mut out = Vec::new();
+    let mut gather = Gather::new(snap, projection, ids.as_deref(), batch_rows)?;
     for chunk in &snap.chunks {
         if chunk.batch.num_rows() == 0
             || chunk.max_time < pruning.time_lo
@@ -356,8 +366,19 @@ pub fn scan_batches(
         {
             continue;
         }
-        let batch = match (&ids, snap.def.sym_column) {
-            (Some(ids), Some(sc)) => select_syms(chunk, sc, ids, projection)?,
+        let batch = match (&ids, snap.def.sym_column, &chunk.sym_index) {
+            (Some(ids), Some(_), Some(ix))
+                if ids.iter().map(|id| ix.rows(*id).len()).sum::<usize>()
+                    < batch_rows / GATHER_FROM_CHUNK_MAX_DIV =>
+            {
+                gather.add(chunk, ix, ids, &mut out)?;
+                continue;
+            }
+            (Some(ids), Some(sc), _) => {
+                // Rows gathered so far come first, in arrival order.
+                gather.flush(&mut out)?;
+                select_syms(chunk, sc, ids, projection)?
+            }
             _ => match projection {
                 Some(p) => chunk.batch.project(p)?,
                 None => chunk.batch.clone(),
@@ -365,7 +386,143 @@ pub fn scan_batches(
         };
         slices(batch, batch_rows, &mut out);
     }
+    gather.flush(&mut out)?;
     Ok(out)
+}
+
+/// A chunk with fewer selected rows than a batch over this is gathered
+/// with others; one with more makes its own batch (a gather across chunks
+/// costs more per row than a take within one, and is only worth it for
+/// the few rows a chunk holds of a quiet symbol).
+const GATHER_FROM_CHUNK_MAX_DIV: usize = 4;
+
+/// Rows of several chunks to be copied into shared batches: the chunks,
+/// and (chunk, row) pairs in arrival order.
+struct Gather<'a> {
+    sources: Vec<&'a RecordBatch>,
+    rows: Vec<(usize, usize)>,
+    /// The chunk column of each column read, and their schema.
+    columns: Vec<usize>,
+    schema: SchemaRef,
+    /// The table's symbol dictionary (see `flush`).
+    symbols: ArrayRef,
+    /// Where one symbol is selected: its id, and where the table's symbol
+    /// column is among the columns read. That column is then the id
+    /// repeated, not read from the chunks (a cache miss or two per row
+    /// saved: a quiet symbol's rows are far apart).
+    single: Option<(u32, usize)>,
+    batch_rows: usize,
+}
+
+impl<'a> Gather<'a> {
+    fn new(
+        snap: &TableSnapshot,
+        projection: Option<&Vec<usize>>,
+        ids: Option<&[u32]>,
+        batch_rows: usize,
+    ) -> Result<Gather<'a>> {
+        let columns: Vec<usize> = match projection {
+            Some(p) => p.clone(),
+            None => (0..snap.schema.fields().len()).collect(),
+        };
+        let schema = Arc::new(snap.schema.project(&columns)?);
+        let single = match (ids, snap.def.sym_column) {
+            (Some([id]), Some(sc)) => columns.iter().position(|&c| c == sc).map(|at| (*id, at)),
+            _ => None,
+        };
+        Ok(Gather {
+            sources: Vec::new(),
+            rows: Vec::new(),
+            columns,
+            schema,
+            symbols: snap.symbols.clone(),
+            single,
+            batch_rows,
+        })
+    }
+
+    /// Adds `chunk`'s rows of the symbols `ids` (sorted), through its index.
+    fn add(
+        &mut self,
+        chunk: &'a ChunkSnapshot,
+        ix: &tickdb_core::store::SymIndex,
+        ids: &[u32],
+        out: &mut Vec<RecordBatch>,
+    ) -> Result<()> {
+        let start = self.rows.len();
+        let source = self.sources.len();
+        for id in ids {
+            self.rows
+                .extend(ix.rows(*id).iter().map(|&r| (source, r as usize)));
+        }
+        if self.rows.len() == start {
+            return Ok(());
+        }
+        if ids.len() > 1 {
+            // Keep arrival order across symbols.
+            self.rows[start..].sort_unstable();
+        }
+        self.sources.push(&chunk.batch);
+        if self.rows.len() >= self.batch_rows {
+            self.flush(out)?;
+        }
+        Ok(())
+    }
+
+    /// The rows added so far, copied out in batches of `batch_rows`.
+    ///
+    /// Symbol columns keep their keys and take the table's dictionary:
+    /// each chunk's is a prefix of it (the dictionary only grows), and
+    /// Arrow, given dictionaries that are not one array, would concatenate
+    /// them all.
+    fn flush(&mut self, out: &mut Vec<RecordBatch>) -> Result<()> {
+        if self.sources.is_empty() {
+            return Ok(());
+        }
+        for part in self.rows.chunks(self.batch_rows) {
+            let mut cols: Vec<ArrayRef> = Vec::with_capacity(self.columns.len());
+            for (at, &c) in self.columns.iter().enumerate() {
+                let arrays: Vec<&dyn Array> =
+                    self.sources.iter().map(|b| b.column(c).as_ref()).collect();
+                let col = match self.schema.field(at).data_type() {
+                    DataType::Dictionary(k, _) if **k == DataType::UInt32 => {
+                        let keys = match self.single {
+                            Some((id, s)) if s == at => UInt32Array::from(vec![id; part.len()]),
+                            _ => {
+                                let keys: Vec<&dyn Array> = arrays
+                                    .iter()
+                                    .map(|a| match a.as_dictionary_opt::<UInt32Type>() {
+                                        Some(d) => Ok(d.keys() as &dyn Array),
+                                        None => Err(DataFusionError::Internal(
+                                            "symbol column is not Dictionary(UInt32, Utf8)".into(),
+                                        )),
+                                    })
+                                    .collect::<Result<_>>()?;
+                                interleave(&keys, part)?
+                                    .as_primitive::<UInt32Type>()
+                                    .clone()
+                            }
+                        };
+                        Arc::new(DictionaryArray::<UInt32Type>::try_new(
+                            keys,
+                            self.symbols.clone(),
+                        )?) as ArrayRef
+                    }
+                    _ => interleave(&arrays, part)?,
+                };
+                cols.push(col);
+            }
+            out.push(RecordBatch::try_new_with_options(
+                self.schema.clone(),
+                cols,
+                // No column read (`count(*)`): only the row count.
+                &RecordBatchOptions::new().with_row_count(Some(part.len())),
+            )?);
+        }
+        self.sources.clear();
+        self.rows.clear();
+        Ok(())
+    }
 }
 
 /// Spreads batches over `n` partitions in contiguous runs, so each

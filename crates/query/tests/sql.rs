@@ -414,3 +414,72 @@ async fn queries_see_a_snapshot_while_ingest_goes_on() {
         vec![json!([50_000])]
     );
 }
+
+/// A symbol filter over many chunks, where quiet symbols have a few rows
+/// in each chunk (gathered across chunks into shared batches) and a busy
+/// one has a chunk's worth (a batch per chunk), alone and mixed, with the
+/// active chunk too: the rows, their arrival order and their symbols equal
+/// brute force, and so does an ASOF JOIN of one quiet symbol.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn symbol_filters_over_many_chunks_equal_brute_force() {
+    let names: Vec<&'static str> = (0..300)
+        .map(|i| &*Box::leak(format!("Q{i:03}").into_boxed_str()))
+        .collect();
+    let trades: Vec<Trade> = (0..400_000usize)
+        .map(|i| Trade {
+            time: T0 + i as i64 * 1_000,
+            // Every other row the busy symbol, the rest spread thinly.
+            sym: if i % 2 == 0 {
+                "HOT"
+            } else {
+                names[(i / 2) % names.len()]
+            },
+            price: if i % 11 == 0 {
+                None
+            } else {
+                Some(i as f64 * 0.5)
+            },
+            size: (i % 7) as i64,
+        })
+        .collect();
+    let e = engine(store_with(&trades));
+    let brute = |syms: &[&str]| -> Vec<Value> {
+        trades
+            .iter()
+            .filter(|t| syms.contains(&t.sym))
+            .map(|t| json!([rfc3339_nanos(t.time), t.sym, t.price, t.size]))
+            .collect()
+    };
+    for syms in [
+        vec!["Q007"],
+        vec!["Q299", "Q000", "Q150"],
+        vec!["HOT"],
+        vec!["Q042", "HOT"],
+        vec!["NOPE", "Q001"],
+    ] {
+        let list: Vec<String> = syms.iter().map(|s| format!("'{s}'")).collect();
+        let filter = format!("sym IN ({})", list.join(", "));
+        let got = rows(
+            &e,
+            &format!("SELECT time, sym, price, size FROM trade WHERE {filter} ORDER BY time"),
+        )
+        .await;
+        assert_eq!(got, brute(&syms), "{filter}");
+        let n = rows(&e, &format!("SELECT count(*) FROM trade WHERE {filter}")).await;
+        assert_eq!(n, vec![json!([brute(&syms).len()])], "{filter}");
+    }
+    // One quiet symbol's trades, each joined to itself (the latest trade of
+    // that symbol at or before it): the symbol column is read as a key.
+    let q: Vec<&Trade> = trades.iter().filter(|t| t.sym == "Q123").collect();
+    let want: Vec<Value> = q
+        .iter()
+        .map(|t| json!([rfc3339_nanos(t.time), t.sym, t.size]))
+        .collect();
+    let got = rows(
+        &e,
+        "SELECT a.time, b.sym, b.size FROM trade a ASOF JOIN trade b \
+         MATCH_CONDITION (a.time >= b.time) ON a.sym = b.sym WHERE a.sym = 'Q123' ORDER BY a.time",
+    )
+    .await;
+    assert_eq!(got, want);
+}

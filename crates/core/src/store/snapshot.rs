@@ -177,7 +177,16 @@ impl SymIndex {
     pub fn rows(&self, id: u32) -> &[u32] {
         let w = self.words();
         let n = self.n_ids;
-        match w[..n].binary_search(&id) {
+        // The ids are distinct and ascending, so `id` is at `id` or
+        // before; a chunk holding every symbol up to it has it right
+        // there, found without a search (a search's probes are cache
+        // misses when a query visits hundreds of chunks).
+        let upto = (id as usize).saturating_add(1).min(n);
+        let found = match upto.checked_sub(1) {
+            Some(last) if w[last] == id => Ok(last),
+            _ => w[..upto].binary_search(&id),
+        };
+        match found {
             Ok(i) => {
                 let (from, to) = (w[n + i] as usize, w[n + i + 1] as usize);
                 &w[2 * n + 1 + from..2 * n + 1 + to]
