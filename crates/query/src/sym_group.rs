@@ -414,7 +414,8 @@ impl Groups {
         Ok(())
     }
 
-    /// Takes the first `n` groups' keys out, renumbering the rest.
+    /// Takes the first `n` groups' keys out, renumbering the rest: `n` is
+    /// either the finished symbols' groups or all of them.
     fn take(&mut self, n: usize) -> (Vec<i64>, Vec<bool>, Vec<u32>, Vec<bool>) {
         let rest_keys = self.keys.split_off(n);
         let rest_kv = self.key_valid.split_off(n);
@@ -426,6 +427,16 @@ impl Groups {
             std::mem::replace(&mut self.syms, rest_syms),
             std::mem::replace(&mut self.sym_valid, rest_sv),
         );
+        if n > self.finished {
+            // Every group, the current symbol's too: at the end of input.
+            self.table.clear();
+            self.null_key_group = None;
+            self.last = None;
+            self.finished = 0;
+            return out;
+        }
+        // Only finished symbols' groups: the current symbol's are all at
+        // `finished` or after.
         for g in self.table.values_mut() {
             *g -= n;
         }
