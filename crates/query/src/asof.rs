@@ -53,7 +53,9 @@ use datafusion::logical_expr::{
 };
 use datafusion::optimizer::AnalyzerRule;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
-use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::execution_plan::{
+    apply_expression_roots, Boundedness, EmissionType,
+};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties,
@@ -1107,17 +1109,12 @@ impl ExecutionPlan for AsofJoinExec {
         &self,
         f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
     ) -> Result<TreeNodeRecursion> {
-        for e in self
+        let exprs = self
             .left_keys
             .iter()
             .chain(&self.right_keys)
-            .chain([&self.left_time, &self.right_time])
-        {
-            if f(e)? == TreeNodeRecursion::Stop {
-                return Ok(TreeNodeRecursion::Stop);
-            }
-        }
-        Ok(TreeNodeRecursion::Continue)
+            .chain([&self.left_time, &self.right_time]);
+        apply_expression_roots(exprs, f)
     }
 
     fn replace_children(

@@ -29,7 +29,9 @@ use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::aggregates::{aggregate_expressions, AggregateExec, AggregateMode};
-use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::execution_plan::{
+    apply_expression_roots, Boundedness, EmissionType,
+};
 use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
@@ -163,12 +165,7 @@ impl ExecutionPlan for SymGroupExec {
             .map(|(e, _)| e)
             .chain(self.args.iter().flatten())
             .chain(self.filter_expr.iter().flatten());
-        for e in exprs {
-            if f(e)? == TreeNodeRecursion::Stop {
-                return Ok(TreeNodeRecursion::Stop);
-            }
-        }
-        Ok(TreeNodeRecursion::Continue)
+        apply_expression_roots(exprs, f)
     }
 
     fn replace_children(
