@@ -18,7 +18,7 @@ use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, DictionaryArray, RecordBatch, RecordBatchOptions,
     UInt32Array,
 };
-use datafusion::arrow::compute::{filter_record_batch, interleave, take_record_batch};
+use datafusion::arrow::compute::{filter_record_batch, interleave, take, take_record_batch};
 use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit, UInt32Type};
 use datafusion::catalog::Session;
 use datafusion::common::{DataFusionError, Result, ScalarValue};
@@ -29,7 +29,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
-use tickdb_core::store::{ChunkSnapshot, Store, TableSnapshot};
+use tickdb_core::store::{ChunkSnapshot, Store, SymIndex, TableSnapshot};
 use tickdb_core::TableDef;
 
 /// One table of the store, as SQL sees it.
@@ -374,8 +374,12 @@ pub fn scan_batches(
                 gather.add(chunk, ix, ids, &mut out)?;
                 continue;
             }
-            (Some(ids), Some(sc), _) => {
+            (Some(_), Some(_), Some(ix)) if gather.one.is_some() => {
                 // Rows gathered so far come first, in arrival order.
+                gather.flush(&mut out)?;
+                gather.take_chunk(chunk, ix)?
+            }
+            (Some(ids), Some(sc), _) => {
                 gather.flush(&mut out)?;
                 select_syms(chunk, sc, ids, projection)?
             }
@@ -406,11 +410,12 @@ struct Gather<'a> {
     schema: SchemaRef,
     /// The table's symbol dictionary (see `flush`).
     symbols: ArrayRef,
-    /// Where one symbol is selected: its id, and where the table's symbol
-    /// column is among the columns read. That column is then the id
-    /// repeated, not read from the chunks (a cache miss or two per row
-    /// saved: a quiet symbol's rows are far apart).
-    single: Option<(u32, usize)>,
+    /// The id of the one symbol selected, if one is; and where the table's
+    /// symbol column is among the columns read, if it is. With one symbol
+    /// that column is the id repeated, not read from the chunks (a cache
+    /// miss or two per row saved: a quiet symbol's rows are far apart).
+    one: Option<u32>,
+    sym_at: Option<usize>,
     batch_rows: usize,
 }
 
@@ -426,17 +431,22 @@ impl<'a> Gather<'a> {
             None => (0..snap.schema.fields().len()).collect(),
         };
         let schema = Arc::new(snap.schema.project(&columns)?);
-        let single = match (ids, snap.def.sym_column) {
-            (Some([id]), Some(sc)) => columns.iter().position(|&c| c == sc).map(|at| (*id, at)),
+        let one = match ids {
+            Some([id]) => Some(*id),
             _ => None,
         };
+        let sym_at = snap
+            .def
+            .sym_column
+            .and_then(|sc| columns.iter().position(|&c| c == sc));
         Ok(Gather {
             sources: Vec::new(),
             rows: Vec::new(),
             columns,
             schema,
             symbols: snap.symbols.clone(),
-            single,
+            one,
+            sym_at,
             batch_rows,
         })
     }
@@ -445,7 +455,7 @@ impl<'a> Gather<'a> {
     fn add(
         &mut self,
         chunk: &'a ChunkSnapshot,
-        ix: &tickdb_core::store::SymIndex,
+        ix: &SymIndex,
         ids: &[u32],
         out: &mut Vec<RecordBatch>,
     ) -> Result<()> {
@@ -469,6 +479,34 @@ impl<'a> Gather<'a> {
         Ok(())
     }
 
+    /// A chunk's rows of the one symbol selected (`one`), as a batch of
+    /// its own: the symbol column is the symbol repeated, not read.
+    fn take_chunk(&self, chunk: &ChunkSnapshot, ix: &SymIndex) -> Result<RecordBatch> {
+        let Some(id) = self.one else {
+            return Err(DataFusionError::Internal(
+                "take_chunk without one symbol selected".into(),
+            ));
+        };
+        let rows = ix.rows(id);
+        let indices = UInt32Array::from(rows.to_vec());
+        let mut cols: Vec<ArrayRef> = Vec::with_capacity(self.columns.len());
+        for (i, &c) in self.columns.iter().enumerate() {
+            cols.push(if Some(i) == self.sym_at {
+                Arc::new(DictionaryArray::<UInt32Type>::try_new(
+                    UInt32Array::from(vec![id; rows.len()]),
+                    self.symbols.clone(),
+                )?)
+            } else {
+                take(chunk.batch.column(c), &indices, None)?
+            });
+        }
+        Ok(RecordBatch::try_new_with_options(
+            self.schema.clone(),
+            cols,
+            &RecordBatchOptions::new().with_row_count(Some(rows.len())),
+        )?)
+    }
+
     /// The rows added so far, copied out in batches of `batch_rows`.
     ///
     /// Symbol columns keep their keys and take the table's dictionary:
@@ -486,8 +524,10 @@ impl<'a> Gather<'a> {
                     self.sources.iter().map(|b| b.column(c).as_ref()).collect();
                 let col = match self.schema.field(at).data_type() {
                     DataType::Dictionary(k, _) if **k == DataType::UInt32 => {
-                        let keys = match self.single {
-                            Some((id, s)) if s == at => UInt32Array::from(vec![id; part.len()]),
+                        let keys = match self.one {
+                            Some(id) if self.sym_at == Some(at) => {
+                                UInt32Array::from(vec![id; part.len()])
+                            }
                             _ => {
                                 let keys: Vec<&dyn Array> = arrays
                                     .iter()
