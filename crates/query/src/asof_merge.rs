@@ -198,7 +198,13 @@ impl Cursor {
             }
             out[i] = self.last[(ids[i] as usize).min(sentinel)];
         }
-        if let Some(&t) = times[..n].last() {
+        self.walked_to(&times[..n]);
+    }
+
+    /// After a batch walk: left times before the batch's last cannot be
+    /// answered by the cursor any more.
+    fn walked_to(&mut self, times: &[i64]) {
+        if let Some(&t) = times.last() {
             self.watermark = Some(self.watermark.map_or(t, |w| w.max(t)));
         }
     }
@@ -249,9 +255,7 @@ impl Cursor {
         for k in i..n {
             out[k] = last[(ids[k] as usize).min(sentinel)];
         }
-        if let Some(&t) = times[..n].last() {
-            self.watermark = Some(self.watermark.map_or(t, |w| w.max(t)));
-        }
+        self.walked_to(&times[..n]);
     }
 
     /// Walks the right rows up to time `t`. False when `t` is before a
