@@ -18,7 +18,7 @@ use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, DictionaryArray, RecordBatch, RecordBatchOptions,
     UInt32Array,
 };
-use datafusion::arrow::compute::{filter_record_batch, interleave, take, take_record_batch};
+use datafusion::arrow::compute::{filter_record_batch, interleave, take};
 use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit, UInt32Type};
 use datafusion::catalog::Session;
 use datafusion::common::{DataFusionError, Result, ScalarValue};
@@ -260,8 +260,9 @@ impl TickTable {
 }
 
 /// The rows of `chunk` whose symbol id is in `ids` (sorted ascending), as
-/// a batch of the columns in `projection`.
-fn select_syms(
+/// a batch of the columns in `projection`, for a chunk without a symbol
+/// index (the active one): a pass over its symbol column.
+fn filter_syms(
     chunk: &ChunkSnapshot,
     sym_column: usize,
     ids: &[u32],
@@ -271,33 +272,6 @@ fn select_syms(
         Some(p) => chunk.batch.project(p)?,
         None => chunk.batch.clone(),
     };
-    if let Some(ix) = &chunk.sym_index {
-        let mut rows: Vec<u32> = Vec::new();
-        for id in ids {
-            rows.extend_from_slice(ix.rows(*id));
-        }
-        if ids.len() > 1 {
-            // Keep arrival order across symbols.
-            rows.sort_unstable();
-        }
-        if rows.is_empty() {
-            return Ok(batch.slice(0, 0));
-        }
-        if rows.len() == batch.num_rows() {
-            return Ok(batch);
-        }
-        if batch.num_columns() == 0 {
-            // No column projected (`count(*)`): only the row count; a take
-            // over no columns cannot say how many rows it took.
-            return Ok(RecordBatch::try_new_with_options(
-                batch.schema(),
-                Vec::new(),
-                &RecordBatchOptions::new().with_row_count(Some(rows.len())),
-            )?);
-        }
-        let indices = UInt32Array::from(rows);
-        return Ok(take_record_batch(&batch, &indices)?);
-    }
     let col = chunk.batch.column(sym_column);
     let dict = col
         .as_any()
@@ -359,6 +333,7 @@ pub fn scan_batches(
     let batch_rows = batch_rows.max(1);
     let mut out = Vec::new();
     let mut gather = Gather::new(snap, projection, ids.as_deref(), batch_rows)?;
+    let mut rows: Vec<u32> = Vec::new();
     for chunk in &snap.chunks {
         if chunk.batch.num_rows() == 0
             || chunk.max_time < pruning.time_lo
@@ -367,21 +342,19 @@ pub fn scan_batches(
             continue;
         }
         let batch = match (&ids, snap.def.sym_column, &chunk.sym_index) {
-            (Some(ids), Some(_), Some(ix))
-                if ids.iter().map(|id| ix.rows(*id).len()).sum::<usize>()
-                    < batch_rows / GATHER_FROM_CHUNK_MAX_DIV =>
-            {
-                gather.add(chunk, ix, ids, &mut out)?;
-                continue;
-            }
-            (Some(_), Some(_), Some(ix)) if gather.one.is_some() => {
+            (Some(ids), Some(_), Some(ix)) => {
+                index_rows(ix, ids, &mut rows);
+                if rows.len() < batch_rows / GATHER_FROM_CHUNK_MAX_DIV {
+                    gather.add(chunk, &rows, &mut out)?;
+                    continue;
+                }
                 // Rows gathered so far come first, in arrival order.
                 gather.flush(&mut out)?;
-                gather.take_chunk(chunk, ix)?
+                gather.take_chunk(chunk, &rows)?
             }
-            (Some(ids), Some(sc), _) => {
+            (Some(ids), Some(sc), None) => {
                 gather.flush(&mut out)?;
-                select_syms(chunk, sc, ids, projection)?
+                filter_syms(chunk, sc, ids, projection)?
             }
             _ => match projection {
                 Some(p) => chunk.batch.project(p)?,
@@ -392,6 +365,19 @@ pub fn scan_batches(
     }
     gather.flush(&mut out)?;
     Ok(out)
+}
+
+/// The rows of the symbols `ids` (sorted) in an indexed chunk, into
+/// `rows`, in arrival order.
+fn index_rows(ix: &SymIndex, ids: &[u32], rows: &mut Vec<u32>) {
+    rows.clear();
+    for id in ids {
+        rows.extend_from_slice(ix.rows(*id));
+    }
+    if ids.len() > 1 {
+        // Keep arrival order across symbols.
+        rows.sort_unstable();
+    }
 }
 
 /// A chunk with fewer selected rows than a batch over this is gathered
@@ -451,27 +437,18 @@ impl<'a> Gather<'a> {
         })
     }
 
-    /// Adds `chunk`'s rows of the symbols `ids` (sorted), through its index.
+    /// Adds `rows` of `chunk` (in arrival order) to be gathered.
     fn add(
         &mut self,
         chunk: &'a ChunkSnapshot,
-        ix: &SymIndex,
-        ids: &[u32],
+        rows: &[u32],
         out: &mut Vec<RecordBatch>,
     ) -> Result<()> {
-        let start = self.rows.len();
-        let source = self.sources.len();
-        for id in ids {
-            self.rows
-                .extend(ix.rows(*id).iter().map(|&r| (source, r as usize)));
-        }
-        if self.rows.len() == start {
+        if rows.is_empty() {
             return Ok(());
         }
-        if ids.len() > 1 {
-            // Keep arrival order across symbols.
-            self.rows[start..].sort_unstable();
-        }
+        let source = self.sources.len();
+        self.rows.extend(rows.iter().map(|&r| (source, r as usize)));
         self.sources.push(&chunk.batch);
         if self.rows.len() >= self.batch_rows {
             self.flush(out)?;
@@ -479,32 +456,41 @@ impl<'a> Gather<'a> {
         Ok(())
     }
 
-    /// A chunk's rows of the one symbol selected (`one`), as a batch of
-    /// its own: the symbol column is the symbol repeated, not read.
-    fn take_chunk(&self, chunk: &ChunkSnapshot, ix: &SymIndex) -> Result<RecordBatch> {
-        let Some(id) = self.one else {
-            return Err(DataFusionError::Internal(
-                "take_chunk without one symbol selected".into(),
-            ));
-        };
-        let rows = ix.rows(id);
+    /// `rows` of `chunk` (in arrival order), as a batch of their own: the
+    /// whole chunk as it is where they are all of it; with one symbol
+    /// selected, its column is the symbol repeated, not read.
+    fn take_chunk(&self, chunk: &ChunkSnapshot, rows: &[u32]) -> Result<RecordBatch> {
+        if rows.len() == chunk.batch.num_rows() {
+            return Ok(chunk.batch.project(&self.columns)?);
+        }
         let indices = UInt32Array::from(rows.to_vec());
         let mut cols: Vec<ArrayRef> = Vec::with_capacity(self.columns.len());
-        for (i, &c) in self.columns.iter().enumerate() {
-            cols.push(if Some(i) == self.sym_at {
-                Arc::new(DictionaryArray::<UInt32Type>::try_new(
-                    UInt32Array::from(vec![id; rows.len()]),
-                    self.symbols.clone(),
-                )?)
-            } else {
-                take(chunk.batch.column(c), &indices, None)?
+        for (at, &c) in self.columns.iter().enumerate() {
+            cols.push(match self.repeated_symbol(at, rows.len())? {
+                Some(col) => col,
+                None => take(chunk.batch.column(c), &indices, None)?,
             });
         }
         Ok(RecordBatch::try_new_with_options(
             self.schema.clone(),
             cols,
+            // No column read (`count(*)`): only the row count.
             &RecordBatchOptions::new().with_row_count(Some(rows.len())),
         )?)
+    }
+
+    /// Column `at` of `n` rows as the one symbol selected, repeated, where
+    /// it is the table's symbol column and one symbol is selected.
+    fn repeated_symbol(&self, at: usize, n: usize) -> Result<Option<ArrayRef>> {
+        match self.one {
+            Some(id) if self.sym_at == Some(at) => {
+                Ok(Some(Arc::new(DictionaryArray::<UInt32Type>::try_new(
+                    UInt32Array::from(vec![id; n]),
+                    self.symbols.clone(),
+                )?)))
+            }
+            _ => Ok(None),
+        }
     }
 
     /// The rows added so far, copied out in batches of `batch_rows`.
@@ -522,33 +508,30 @@ impl<'a> Gather<'a> {
             for (at, &c) in self.columns.iter().enumerate() {
                 let arrays: Vec<&dyn Array> =
                     self.sources.iter().map(|b| b.column(c).as_ref()).collect();
-                let col = match self.schema.field(at).data_type() {
-                    DataType::Dictionary(k, _) if **k == DataType::UInt32 => {
-                        let keys = match self.one {
-                            Some(id) if self.sym_at == Some(at) => {
-                                UInt32Array::from(vec![id; part.len()])
-                            }
-                            _ => {
-                                let keys: Vec<&dyn Array> = arrays
-                                    .iter()
-                                    .map(|a| match a.as_dictionary_opt::<UInt32Type>() {
-                                        Some(d) => Ok(d.keys() as &dyn Array),
-                                        None => Err(DataFusionError::Internal(
-                                            "symbol column is not Dictionary(UInt32, Utf8)".into(),
-                                        )),
-                                    })
-                                    .collect::<Result<_>>()?;
-                                interleave(&keys, part)?
-                                    .as_primitive::<UInt32Type>()
-                                    .clone()
-                            }
-                        };
+                let col = match (
+                    self.repeated_symbol(at, part.len())?,
+                    self.schema.field(at).data_type(),
+                ) {
+                    (Some(col), _) => col,
+                    (None, DataType::Dictionary(k, _)) if **k == DataType::UInt32 => {
+                        let keys: Vec<&dyn Array> = arrays
+                            .iter()
+                            .map(|a| match a.as_dictionary_opt::<UInt32Type>() {
+                                Some(d) => Ok(d.keys() as &dyn Array),
+                                None => Err(DataFusionError::Internal(
+                                    "symbol column is not Dictionary(UInt32, Utf8)".into(),
+                                )),
+                            })
+                            .collect::<Result<_>>()?;
+                        let keys = interleave(&keys, part)?
+                            .as_primitive::<UInt32Type>()
+                            .clone();
                         Arc::new(DictionaryArray::<UInt32Type>::try_new(
                             keys,
                             self.symbols.clone(),
                         )?) as ArrayRef
                     }
-                    _ => interleave(&arrays, part)?,
+                    (None, _) => interleave(&arrays, part)?,
                 };
                 cols.push(col);
             }
