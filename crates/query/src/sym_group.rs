@@ -19,8 +19,8 @@
 use datafusion::arrow::array::{
     make_array, Array, ArrayData, ArrayRef, AsArray, BooleanArray, RecordBatch, UInt32Array,
 };
-use datafusion::arrow::buffer::{Buffer, NullBuffer};
-use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit, UInt32Type};
+use datafusion::arrow::buffer::{Buffer, NullBuffer, ScalarBuffer};
+use datafusion::arrow::datatypes::{DataType, SchemaRef, UInt32Type};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{internal_err, DataFusionError, Result};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
@@ -50,20 +50,31 @@ type PExpr = Arc<dyn PhysicalExpr>;
 #[derive(Debug)]
 pub(crate) struct SymGroupExec {
     input: Arc<dyn ExecutionPlan>,
+    spec: Arc<Spec>,
+    properties: Arc<PlanProperties>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+/// The aggregation, shared by the plan and each partition's stream.
+#[derive(Debug)]
+struct Spec {
     /// The grouping, as the aggregate it replaces had it: the symbol's
-    /// keys (`sym`) and the other key (`key`), in output order.
+    /// keys at `sym`, the other key at the other place (`key()`).
     group_expr: Vec<(PExpr, String)>,
     sym: usize,
-    key: usize,
     aggr_expr: Vec<Arc<AggregateFunctionExpr>>,
     filter_expr: Vec<Option<PExpr>>,
     /// Each aggregate's arguments, its ordering's expressions after them
     /// (what an order-sensitive accumulator compares).
     args: Vec<Vec<PExpr>>,
     schema: SchemaRef,
-    properties: Arc<PlanProperties>,
     batch_rows: usize,
-    metrics: ExecutionPlanMetricsSet,
+}
+
+impl Spec {
+    fn key(&self) -> usize {
+        1 - self.sym
+    }
 }
 
 /// Whether `key` is a type whose values are 64-bit integers in Arrow.
@@ -85,11 +96,10 @@ impl SymGroupExec {
         if !groups.is_single() || groups.expr().len() != 2 || sym > 1 {
             return Ok(None);
         }
-        let key = 1 - sym;
         let input = agg.input().clone();
         let in_schema = input.schema();
         if groups.expr()[sym].0.data_type(&in_schema)? != DataType::UInt32
-            || !is_64bit_key(&groups.expr()[key].0.data_type(&in_schema)?)
+            || !is_64bit_key(&groups.expr()[1 - sym].0.data_type(&in_schema)?)
         {
             return Ok(None);
         }
@@ -111,15 +121,16 @@ impl SymGroupExec {
         ));
         Ok(Some(SymGroupExec {
             input,
-            group_expr: groups.expr().to_vec(),
-            sym,
-            key,
-            aggr_expr: agg.aggr_expr().to_vec(),
-            filter_expr: agg.filter_expr().to_vec(),
-            args,
-            schema,
+            spec: Arc::new(Spec {
+                group_expr: groups.expr().to_vec(),
+                sym,
+                aggr_expr: agg.aggr_expr().to_vec(),
+                filter_expr: agg.filter_expr().to_vec(),
+                args,
+                schema,
+                batch_rows: batch_rows.max(1),
+            }),
             properties,
-            batch_rows: batch_rows.max(1),
             metrics: ExecutionPlanMetricsSet::new(),
         }))
     }
@@ -128,11 +139,12 @@ impl SymGroupExec {
 impl DisplayAs for SymGroupExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         let names: Vec<String> = self
+            .spec
             .group_expr
             .iter()
             .map(|(e, n)| format!("{e} as {n}"))
             .collect();
-        let aggs: Vec<&str> = self.aggr_expr.iter().map(|a| a.name()).collect();
+        let aggs: Vec<&str> = self.spec.aggr_expr.iter().map(|a| a.name()).collect();
         write!(
             f,
             "SymGroupExec: by symbol, gby=[{}], aggr=[{}]",
@@ -159,12 +171,13 @@ impl ExecutionPlan for SymGroupExec {
         &self,
         f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
     ) -> Result<TreeNodeRecursion> {
-        let exprs = self
+        let spec = &self.spec;
+        let exprs = spec
             .group_expr
             .iter()
             .map(|(e, _)| e)
-            .chain(self.args.iter().flatten())
-            .chain(self.filter_expr.iter().flatten());
+            .chain(spec.args.iter().flatten())
+            .chain(spec.filter_expr.iter().flatten());
         apply_expression_roots(exprs, f)
     }
 
@@ -183,15 +196,8 @@ impl ExecutionPlan for SymGroupExec {
         }
         Ok(Arc::new(SymGroupExec {
             input,
-            group_expr: self.group_expr.clone(),
-            sym: self.sym,
-            key: self.key,
-            aggr_expr: self.aggr_expr.clone(),
-            filter_expr: self.filter_expr.clone(),
-            args: self.args.clone(),
-            schema: self.schema.clone(),
+            spec: self.spec.clone(),
             properties: self.properties.clone(),
-            batch_rows: self.batch_rows,
             metrics: ExecutionPlanMetricsSet::new(),
         }))
     }
@@ -217,6 +223,7 @@ impl ExecutionPlan for SymGroupExec {
     ) -> Result<SendableRecordBatchStream> {
         let input = self.input.execute(partition, ctx.clone())?;
         let accs = self
+            .spec
             .aggr_expr
             .iter()
             .map(|a| a.create_groups_accumulator())
@@ -224,15 +231,7 @@ impl ExecutionPlan for SymGroupExec {
         let reservation =
             MemoryConsumer::new(format!("SymGroupExec[{partition}]")).register(ctx.memory_pool());
         let state = Grouping {
-            plan: Parts {
-                group_expr: self.group_expr.clone(),
-                sym: self.sym,
-                key: self.key,
-                args: self.args.clone(),
-                filter_expr: self.filter_expr.clone(),
-                schema: self.schema.clone(),
-                batch_rows: self.batch_rows,
-            },
+            spec: self.spec.clone(),
             accs,
             groups: Groups::default(),
             indices: Vec::new(),
@@ -265,21 +264,10 @@ impl ExecutionPlan for SymGroupExec {
                 }
             });
         Ok(Box::pin(RecordBatchStreamAdapter::new(
-            self.schema.clone(),
+            self.spec.schema.clone(),
             stream,
         )))
     }
-}
-
-/// What one partition's stream needs of the plan.
-struct Parts {
-    group_expr: Vec<(PExpr, String)>,
-    sym: usize,
-    key: usize,
-    args: Vec<Vec<PExpr>>,
-    filter_expr: Vec<Option<PExpr>>,
-    schema: SchemaRef,
-    batch_rows: usize,
 }
 
 /// A 64-bit key's hash: one multiply (the keys are integers; the table
@@ -458,7 +446,7 @@ impl Groups {
 
 /// One partition's aggregation.
 struct Grouping {
-    plan: Parts,
+    spec: Arc<Spec>,
     accs: Vec<Box<dyn GroupsAccumulator>>,
     groups: Groups,
     indices: Vec<usize>,
@@ -467,25 +455,18 @@ struct Grouping {
     done: bool,
 }
 
-/// A 64-bit key column's values.
-fn key_values(a: &ArrayRef) -> Result<&[i64]> {
-    match a.data_type() {
-        DataType::Int64 => Ok(a
-            .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
-            .values()),
-        DataType::Timestamp(TimeUnit::Second, _) => Ok(a
-            .as_primitive::<datafusion::arrow::datatypes::TimestampSecondType>()
-            .values()),
-        DataType::Timestamp(TimeUnit::Millisecond, _) => Ok(a
-            .as_primitive::<datafusion::arrow::datatypes::TimestampMillisecondType>()
-            .values()),
-        DataType::Timestamp(TimeUnit::Microsecond, _) => Ok(a
-            .as_primitive::<datafusion::arrow::datatypes::TimestampMicrosecondType>()
-            .values()),
-        DataType::Timestamp(TimeUnit::Nanosecond, _) => Ok(a
-            .as_primitive::<datafusion::arrow::datatypes::TimestampNanosecondType>()
-            .values()),
-        t => internal_err!("SymGroupExec: key column of type {t} is not supported"),
+/// A 64-bit key column's values (Int64 or a timestamp of any unit: one
+/// buffer of i64 either way).
+fn key_values(a: &ArrayRef) -> Result<ScalarBuffer<i64>> {
+    let data = a.to_data();
+    match data.buffers().first() {
+        Some(values) if is_64bit_key(a.data_type()) => {
+            Ok(ScalarBuffer::new(values.clone(), data.offset(), data.len()))
+        }
+        _ => internal_err!(
+            "SymGroupExec: key column of type {} is not supported",
+            a.data_type()
+        ),
     }
 }
 
@@ -498,7 +479,7 @@ impl Grouping {
         if n == 0 {
             return Ok(None);
         }
-        let p = &self.plan;
+        let p = &self.spec;
         let syms = p.group_expr[p.sym].0.evaluate(batch)?.into_array(n)?;
         let Some(syms) = syms.as_primitive_opt::<UInt32Type>() else {
             return internal_err!(
@@ -506,18 +487,18 @@ impl Grouping {
                 syms.data_type()
             );
         };
-        let keys = p.group_expr[p.key].0.evaluate(batch)?.into_array(n)?;
+        let keys = p.group_expr[p.key()].0.evaluate(batch)?.into_array(n)?;
         let key_vals = key_values(&keys)?;
         let mut indices = std::mem::take(&mut self.indices);
         self.groups
-            .intern(syms, key_vals, keys.logical_nulls().as_ref(), &mut indices)?;
+            .intern(syms, &key_vals, keys.logical_nulls().as_ref(), &mut indices)?;
         let total = self.groups.len();
         for (i, acc) in self.accs.iter_mut().enumerate() {
-            let values = self.plan.args[i]
+            let values = self.spec.args[i]
                 .iter()
                 .map(|e| e.evaluate(batch).and_then(|v| v.into_array(n)))
                 .collect::<Result<Vec<_>>>()?;
-            let filter = match &self.plan.filter_expr[i] {
+            let filter = match &self.spec.filter_expr[i] {
                 Some(f) => Some(f.evaluate(batch)?.into_array(n)?),
                 None => None,
             };
@@ -534,7 +515,7 @@ impl Grouping {
         let held = self.accs.iter().map(|a| a.size()).sum::<usize>() + self.groups.bytes();
         self.reservation.try_resize(held)?;
         timer.done();
-        if self.groups.finished >= self.plan.batch_rows {
+        if self.groups.finished >= self.spec.batch_rows {
             let out = self.emit(EmitTo::First(self.groups.finished))?;
             return Ok(Some(out));
         }
@@ -551,7 +532,7 @@ impl Grouping {
         let (keys, key_valid, syms, sym_valid) = self.groups.take(n);
         let key_nulls = (key_valid.iter().any(|v| !v)).then(|| NullBuffer::from(key_valid));
         let sym_nulls = (sym_valid.iter().any(|v| !v)).then(|| NullBuffer::from(sym_valid));
-        let key_type = self.plan.schema.field(self.plan.key).data_type().clone();
+        let key_type = self.spec.schema.field(self.spec.key()).data_type().clone();
         let key_col = make_array(
             ArrayData::builder(key_type)
                 .len(n)
@@ -561,12 +542,12 @@ impl Grouping {
         );
         let sym_col: ArrayRef = Arc::new(UInt32Array::new(syms.into(), sym_nulls));
         let mut cols: Vec<ArrayRef> = vec![sym_col.clone(); 2];
-        cols[self.plan.key] = key_col;
-        cols[self.plan.sym] = sym_col;
+        cols[self.spec.key()] = key_col;
+        cols[self.spec.sym] = sym_col;
         for acc in self.accs.iter_mut() {
             cols.push(acc.evaluate(to)?);
         }
-        let out = RecordBatch::try_new(self.plan.schema.clone(), cols)?;
+        let out = RecordBatch::try_new(self.spec.schema.clone(), cols)?;
         self.metrics.record_output(out.num_rows());
         Ok(out)
     }
