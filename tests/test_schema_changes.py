@@ -275,7 +275,11 @@ def test_ilp_auto_create_makes_tables_and_columns_with_questdbs_types(cluster):
         f"trade,sym=AAA price=1.5,size=1i,exch=\"Q\" {T0 + 2}",
     ])
     assert r.status_code == 204, r.text
-    cols = dict(columns(node, "weather"))
+    # The acknowledgement means journaled; the rdb applies the change (and
+    # the query engine sees the new table) just after, as it does rows.
+    deadline = time.monotonic() + 10
+    while not (cols := dict(columns(node, "weather"))) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert list(cols) == ["city", "station", "temp", "hum", "ok", "note", "seen", "timestamp"]
     assert cols["temp"] == "Float64" and cols["hum"] == "Int64" and cols["ok"] == "Boolean"
     assert cols["note"] == "Utf8" and cols["seen"].startswith("Timestamp")
