@@ -24,6 +24,9 @@ pub enum CoreError {
     SchemaChange(String),
     #[error("corrupt batch encoding at byte {offset}: {reason}")]
     Corrupt { offset: usize, reason: String },
+    /// A chunk image (Hot Restart's column records) that does not decode.
+    #[error("corrupt chunk image at byte {offset}: {reason}")]
+    CorruptImage { offset: usize, reason: String },
     #[error("memory domain file {path}: {source}")]
     DomainIo {
         path: PathBuf,

@@ -269,8 +269,25 @@ pub struct RecordRef<'a> {
     pub value: &'a [u8],
 }
 
-/// Decodes the record at the start of `buf`; returns it and its encoded length.
-pub fn decode_record(buf: &[u8]) -> Result<(RecordRef<'_>, usize), DecodeError> {
+/// A record's header fields, checked (everything but the CRC, which covers
+/// the key and value too).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordHead {
+    /// The whole record: header, key and value.
+    pub len: usize,
+    pub crc: u32,
+    pub seq: u64,
+    pub kind: RecordKind,
+    pub key_len: usize,
+}
+
+impl RecordHead {
+    pub fn value_len(&self) -> usize {
+        self.len - RECORD_HEADER_BYTES - self.key_len
+    }
+}
+
+fn check_length(buf: &[u8]) -> Result<usize, DecodeError> {
     if buf.len() < RECORD_HEADER_BYTES {
         return Err(DecodeError::Truncated {
             needed: RECORD_HEADER_BYTES,
@@ -282,17 +299,11 @@ pub fn decode_record(buf: &[u8]) -> Result<(RecordRef<'_>, usize), DecodeError> 
     if !(RECORD_HEADER_BYTES..=RECORD_BYTES_MAX).contains(&len) {
         return Err(DecodeError::BadLength(len32));
     }
-    if buf.len() < len {
-        return Err(DecodeError::Truncated {
-            needed: len,
-            available: buf.len(),
-        });
-    }
-    let stored = le_u32(buf, 4);
-    let computed = crc32c::crc32c(&buf[8..len]);
-    if stored != computed {
-        return Err(DecodeError::BadCrc { stored, computed });
-    }
+    Ok(len)
+}
+
+/// The header fields after the CRC, checked against a record of `len` bytes.
+fn check_fields(buf: &[u8], len: usize) -> Result<RecordHead, DecodeError> {
     let seq = le_u64(buf, 8);
     if seq == 0 {
         return Err(DecodeError::ZeroSeq);
@@ -306,15 +317,48 @@ pub fn decode_record(buf: &[u8]) -> Result<(RecordRef<'_>, usize), DecodeError> 
     if key_len > KEY_BYTES_MAX || key_len > len - RECORD_HEADER_BYTES {
         return Err(DecodeError::BadKeyLength(key_len32));
     }
-    let key = &buf[RECORD_HEADER_BYTES..RECORD_HEADER_BYTES + key_len];
-    let value = &buf[RECORD_HEADER_BYTES + key_len..len];
-    if kind != RecordKind::Value && !value.is_empty() {
+    if kind != RecordKind::Value && len > RECORD_HEADER_BYTES + key_len {
         return Err(DecodeError::ValueInTombstone);
     }
+    Ok(RecordHead {
+        len,
+        crc: le_u32(buf, 4),
+        seq,
+        kind,
+        key_len,
+    })
+}
+
+/// Checks the header at the start of `buf` (at least `RECORD_HEADER_BYTES`),
+/// without the CRC: for a reader that takes the value straight from the file
+/// into its own allocation and checks the CRC over the pieces
+/// (`crc32c::crc32c_append`) once it has them all.
+pub fn decode_record_head(buf: &[u8]) -> Result<RecordHead, DecodeError> {
+    let len = check_length(buf)?;
+    check_fields(buf, len)
+}
+
+/// Decodes the record at the start of `buf`; returns it and its encoded length.
+pub fn decode_record(buf: &[u8]) -> Result<(RecordRef<'_>, usize), DecodeError> {
+    let len = check_length(buf)?;
+    if buf.len() < len {
+        return Err(DecodeError::Truncated {
+            needed: len,
+            available: buf.len(),
+        });
+    }
+    let stored = le_u32(buf, 4);
+    let computed = crc32c::crc32c(&buf[8..len]);
+    if stored != computed {
+        return Err(DecodeError::BadCrc { stored, computed });
+    }
+    let head = check_fields(buf, len)?;
+    let key = &buf[RECORD_HEADER_BYTES..RECORD_HEADER_BYTES + head.key_len];
+    let value = &buf[RECORD_HEADER_BYTES + head.key_len..len];
     Ok((
         RecordRef {
-            seq,
-            kind,
+            seq: head.seq,
+            kind: head.kind,
             key,
             value,
         },

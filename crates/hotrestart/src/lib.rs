@@ -29,7 +29,7 @@ pub use gc::EMPTY_CHUNKS_PER_CYCLE_MAX;
 pub use index::{ChunkState, Key, Value, ValueSource};
 pub use reload::{
     ReloadReport, TornTail, PARTITION_QUEUE_BATCHES, RELOAD_BATCH_BYTES, RELOAD_BATCH_RECORDS,
-    RELOAD_READ_BYTES,
+    RELOAD_DIRECT_VALUE_BYTES_MIN, RELOAD_READ_BYTES,
 };
 pub use store::{
     ChunkStats, Config, GcConfig, GcCrashPoint, IoStats, Stats, Store,

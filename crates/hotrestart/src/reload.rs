@@ -47,9 +47,18 @@ pub const RELOAD_BATCH_BYTES: usize = 4 * 1024 * 1024;
 /// this bounds reload memory in flight: about `PARTITION_QUEUE_BATCHES ×
 /// RELOAD_BATCH_BYTES` per partition (plus one record per batch).
 pub const PARTITION_QUEUE_BATCHES: usize = 16;
-/// Bytes a reader asks for per read(): one sequential I/O, and the size of
-/// the buffer each reader reuses (it grows only for a larger record).
-pub const RELOAD_READ_BYTES: usize = 4 * 1024 * 1024;
+/// Bytes a reader asks for per read() of small records, and the size of
+/// the buffer each reader reuses (it grows only for a record larger than
+/// this whose value is not read directly). Small enough that a large value
+/// mostly goes straight into its own allocation (below), large enough that
+/// small records cost few system calls; the kernel's read-ahead keeps the
+/// disk streaming either way.
+pub const RELOAD_READ_BYTES: usize = 512 * 1024;
+/// A value at least this large is read from the file straight into the
+/// allocation the store keeps (the part already buffered is copied): its
+/// bytes are copied once, by the kernel, instead of into the buffer and
+/// then out of it. The rdb's chunk images are megabytes each.
+pub const RELOAD_DIRECT_VALUE_BYTES_MIN: usize = 256 * 1024;
 /// Emptied batches a partition hands back for readers to refill: recycling
 /// them spares a reader growing a fresh `Vec` per batch and a partition
 /// freeing memory another thread's malloc arena owns (a contended lock).
@@ -273,6 +282,67 @@ impl ChunkStream<'_> {
     }
 }
 
+/// Reads the value record `head` (whose header is at the start of the
+/// stream's buffer) with its value going straight from the file into a new
+/// allocation, and checks its CRC over the pieces. On a decode error (the
+/// file ends first, or the CRC does not match) the stream is left somewhere
+/// inside the record: the caller stops at the record's start.
+fn read_direct(
+    st: &mut ChunkStream<'_>,
+    head: format::RecordHead,
+    pb: &ProgressBar,
+) -> Result<std::result::Result<(Key, Value), format::DecodeError>> {
+    let key_end = RECORD_HEADER_BYTES + head.key_len;
+    st.fill(key_end, pb)?;
+    let avail = st.available();
+    if avail.len() < key_end {
+        return Ok(Err(format::DecodeError::Truncated {
+            needed: head.len,
+            available: avail.len(),
+        }));
+    }
+    let crc = crc32c::crc32c(&avail[8..key_end]);
+    let key = Key::from(&avail[RECORD_HEADER_BYTES..key_end]);
+    let value_len = head.value_len();
+    // SAFETY: a zeroed byte slice is an initialized byte slice.
+    let mut value: Arc<[u8]> = unsafe { Arc::<[u8]>::new_zeroed_slice(value_len).assume_init() };
+    let dst = Arc::get_mut(&mut value)
+        .ok_or_else(|| Error::InvalidInput("a new value allocation is shared".into()))?;
+    let have = (avail.len() - key_end).min(value_len);
+    dst[..have].copy_from_slice(&avail[key_end..key_end + have]);
+    st.consume(key_end + have);
+    let mut got = have;
+    if got < value_len {
+        // Everything buffered belonged to this record, so the file's cursor
+        // is where the rest of the value starts.
+        debug_assert_eq!(st.start, st.end);
+        while got < value_len {
+            let n = st
+                .file
+                .read(&mut dst[got..])
+                .map_err(|e| Error::io("read", st.path, e))?;
+            if n == 0 {
+                return Ok(Err(format::DecodeError::Truncated {
+                    needed: head.len,
+                    available: key_end + got,
+                }));
+            }
+            got += n;
+            st.pos += n as u64;
+            st.unread = st.unread.saturating_sub(n as u64);
+            pb.inc(n as u64);
+        }
+    }
+    let computed = crc32c::crc32c_append(crc, dst);
+    if computed != head.crc {
+        return Ok(Err(format::DecodeError::BadCrc {
+            stored: head.crc,
+            computed,
+        }));
+    }
+    Ok(Ok((key, Value::Bytes(value))))
+}
+
 /// Decodes one chunk file, handing records to `emit` and prefix tombstones to `pts`.
 fn parse_file(
     job: &Job,
@@ -334,6 +404,44 @@ fn parse_file(
         if avail.is_empty() {
             break;
         }
+        let at = st.pos;
+        // A large value not buffered whole goes from the file straight into
+        // its allocation; a bad header falls through to the decoder below,
+        // which reports it.
+        if let Ok(head) = format::decode_record_head(avail) {
+            if head.kind == RecordKind::Value
+                && header.kind.holds(head.kind)
+                && head.value_len() >= RELOAD_DIRECT_VALUE_BYTES_MIN
+                && avail.len() < head.len
+            {
+                match read_direct(&mut st, head, pb)? {
+                    Ok((key, value)) => {
+                        let size = head.len as u32;
+                        res.records += 1;
+                        res.record_bytes += size as u64;
+                        res.max_rec_seq = res.max_rec_seq.max(head.seq);
+                        emit(Rec {
+                            key,
+                            value: Some(value),
+                            seq: head.seq,
+                            chunk: job.seq,
+                            size,
+                        });
+                        continue;
+                    }
+                    Err(e) if job.active => {
+                        res.torn = Some(TornTail {
+                            file: job.path.clone(),
+                            offset: at,
+                            bytes_dropped: job.size.saturating_sub(at),
+                            reason: e.to_string(),
+                        });
+                        break;
+                    }
+                    Err(e) => return Err(corrupt(&job.path, at, e)),
+                }
+            }
+        }
         if avail.len() >= 4 {
             // Read the whole record before decoding it; an impossible length
             // is reported by the decoder.
@@ -342,7 +450,6 @@ fn parse_file(
                 st.fill(len, pb)?;
             }
         }
-        let at = st.pos;
         let decoded = format::decode_record(st.available()).and_then(|(r, len)| {
             if header.kind.holds(r.kind) {
                 Ok((r, len))

@@ -1,6 +1,9 @@
 //! Reload tests: torn active tails are cut and reported, corruption in a sealed
 //! chunk is an error naming file and offset, unfinished GC output is ignored,
 //! parallelism does not change the result, metadata survives, the lock holds.
+//! Values large enough to be read straight into their allocation
+//! (`RELOAD_DIRECT_VALUE_BYTES_MIN`) reload the same, and are cut or refused
+//! like any record when torn or damaged.
 
 mod common;
 
@@ -9,7 +12,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tickdb_hotrestart::{Config, Error, Store};
+use tickdb_hotrestart::{Config, Error, Store, RELOAD_DIRECT_VALUE_BYTES_MIN, RELOAD_READ_BYTES};
 
 fn active_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut v: Vec<_> = std::fs::read_dir(dir)
@@ -288,5 +291,112 @@ fn recycled_batches_and_misleading_size_estimates_reload_the_same_contents() {
             "{report:?}"
         );
         assert!(common::dump(&store) == model, "big_first {big_first}");
+    }
+}
+
+/// Values of every size around the direct-read bound and the read buffer,
+/// some bigger than the buffer: their bytes come back exactly.
+fn large_values() -> Vec<(Vec<u8>, Vec<u8>)> {
+    let sizes = [
+        100,
+        RELOAD_DIRECT_VALUE_BYTES_MIN - 1,
+        RELOAD_DIRECT_VALUE_BYTES_MIN,
+        RELOAD_READ_BYTES - 7,
+        RELOAD_READ_BYTES + 13,
+        3 * RELOAD_READ_BYTES + 5,
+        700,
+        2 * RELOAD_DIRECT_VALUE_BYTES_MIN + 1,
+    ];
+    sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            let v: Vec<u8> = (0..n).map(|j| (j * 31 + i * 7) as u8).collect();
+            (format!("big/{i}").into_bytes(), v)
+        })
+        .collect()
+}
+
+#[test]
+fn large_values_read_directly_reload_whole_or_cut_at_their_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = Config {
+        chunk_size_bytes: 64 * 1024 * 1024,
+        ..common::small_config()
+    };
+    let values = large_values();
+    let (store, _) = Store::open(dir.path(), cfg.clone()).unwrap();
+    for (k, v) in &values {
+        store.put(k, v).unwrap();
+    }
+    store.sync().unwrap();
+    drop(store);
+    // Intact: every value back, byte for byte.
+    let (store, report) = Store::open(dir.path(), cfg.clone()).unwrap();
+    assert!(report.torn_tails.is_empty(), "{report:?}");
+    for (k, v) in &values {
+        assert_eq!(store.get(k).as_ref(), Some(v));
+    }
+    // Another large value, then a crash that tears it in the middle: the
+    // tail is cut at that record's start and everything before it stays.
+    let last = vec![9u8; 2 * RELOAD_READ_BYTES];
+    store.put(b"big/last", &last).unwrap();
+    drop(store);
+    let files = active_files(dir.path());
+    let path = files.last().unwrap().clone();
+    let len = std::fs::metadata(&path).unwrap().len();
+    let record = (24 + b"big/last".len() + last.len()) as u64;
+    OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(len - RELOAD_READ_BYTES as u64)
+        .unwrap();
+    let (store, report) = Store::open(dir.path(), cfg.clone()).unwrap();
+    assert_eq!(report.torn_tails.len(), 1, "{report:?}");
+    assert_eq!(report.torn_tails[0].offset, len - record);
+    assert_eq!(store.get(b"big/last"), None);
+    for (k, v) in &values {
+        assert_eq!(store.get(k).as_ref(), Some(v));
+    }
+    store.close().unwrap();
+    // A flipped bit deep inside a large value of a sealed chunk: refused,
+    // naming the record's start.
+    let sealed: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".val"))
+        .collect();
+    let victim = sealed
+        .iter()
+        .max_by_key(|p| std::fs::metadata(p).unwrap().len())
+        .unwrap()
+        .clone();
+    let at = std::fs::metadata(&victim).unwrap().len() - 100;
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&victim)
+        .unwrap();
+    let mut b = [0u8; 1];
+    f.seek(SeekFrom::Start(at)).unwrap();
+    f.read_exact(&mut b).unwrap();
+    f.seek(SeekFrom::Start(at)).unwrap();
+    f.write_all(&[b[0] ^ 0x04]).unwrap();
+    drop(f);
+    match Store::open(dir.path(), cfg) {
+        Err(Error::Corrupt {
+            file,
+            offset,
+            reason,
+        }) => {
+            assert_eq!(file, victim);
+            assert!(
+                offset < at && reason.contains("crc mismatch"),
+                "{offset}: {reason}"
+            );
+        }
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(_) => panic!("a damaged large value was accepted"),
     }
 }

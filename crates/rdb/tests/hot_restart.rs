@@ -3,7 +3,8 @@
 //! stop them), crashes at any point, and restarts that restore the store and
 //! replay only the journal after its checkpoint. After every restart the rdb
 //! must hold exactly the rows of an rdb rebuilt from the whole journal, in the
-//! same order. Restores alternate between parallelism 1 and 3.
+//! same order. Restores alternate between parallelism 1 and 3. The same
+//! run with the quote table placed in fsmem restores its chunks into fsmem.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -56,6 +57,22 @@ fn seed(test: &str) -> u64 {
 
 fn schema() -> Arc<Schema> {
     Arc::new(Schema::parse(SCHEMA, "test").unwrap())
+}
+
+/// The schema with the quote table in fsmem.
+fn fsmem_schema() -> Arc<Schema> {
+    let text = SCHEMA.replace(
+        "name = \"quote\"\n",
+        "name = \"quote\"\ndomain = \"fsmem\"\n",
+    );
+    let s = Schema::parse(&text, "test").unwrap();
+    assert!(s
+        .table("quote")
+        .unwrap()
+        .columns
+        .iter()
+        .all(|c| c.domain == tickdb_core::domain::Domain::Fsmem));
+    Arc::new(s)
 }
 
 /// One random update: a few batches, sometimes a clear marker among them.
@@ -143,15 +160,21 @@ fn assert_same(got: &Rdb, want: &Rdb, ctx: &str) {
     }
 }
 
-fn fresh_rdb(schema: &Arc<Schema>) -> Arc<Rdb> {
+fn fresh_rdb(schema: &Arc<Schema>, fsmem: Option<&std::path::Path>) -> Arc<Rdb> {
     Rdb::new(Arc::new(
-        Store::new(schema.clone(), Domains::new(None).unwrap()).unwrap(),
+        Store::new(schema.clone(), domains(fsmem)).unwrap(),
     ))
+}
+
+/// Where a test's fsmem tables live (the schema says which are there).
+fn domains(fsmem: Option<&std::path::Path>) -> Domains {
+    Domains::new(fsmem).unwrap()
 }
 
 /// Opens the store, restores an rdb from it and replays the journal tail.
 fn restart(
     dir: &std::path::Path,
+    fsmem: Option<&std::path::Path>,
     schema: &Arc<Schema>,
     journal: &[Vec<Batch>],
     parallelism: usize,
@@ -168,7 +191,7 @@ fn restart(
         hot.check_compatible(schema, &[], &[], journal.len() as u64)
             .unwrap_or_else(|e| panic!("{ctx}: {e}"));
     }
-    let store = Arc::new(Store::new(schema.clone(), Domains::new(None).unwrap()).unwrap());
+    let store = Arc::new(Store::new(schema.clone(), domains(fsmem)).unwrap());
     let report = hot
         .restore(&store, &[], &[])
         .unwrap_or_else(|e| panic!("{ctx}: restore: {e}"));
@@ -183,17 +206,43 @@ fn restart(
 #[test]
 fn restart_from_store_and_journal_tail_equals_full_replay() {
     let seed = seed("restart_from_store_and_journal_tail_equals_full_replay");
+    restarts_equal_full_replay(seed, schema(), None);
+}
+
+#[test]
+fn restart_into_fsmem_equals_full_replay() {
+    let seed = seed("restart_into_fsmem_equals_full_replay");
+    let fsmem = tempfile::tempdir().unwrap();
+    restarts_equal_full_replay(seed, fsmem_schema(), Some(fsmem.path()));
+}
+
+fn restarts_equal_full_replay(seed: u64, schema: Arc<Schema>, fsmem: Option<&std::path::Path>) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let schema = schema();
     let dir = tempfile::tempdir().unwrap();
     let mut journal: Vec<Vec<Batch>> = Vec::new();
-    let reference = fresh_rdb(&schema);
+    // The reference's fsmem files go in a directory of their own (a
+    // store's Domains removes leftover files in its directory).
+    let reference_fsmem = tempfile::tempdir().unwrap();
+    let reference = fresh_rdb(&schema, fsmem.map(|_| reference_fsmem.path()));
     let mut t = 1_700_000_000_000_000_000i64;
     let (mut checkpoints, mut crashed_checkpoints, mut restored_rows) = (0, 0, 0u64);
     for round in 0..12 {
         let ctx = format!("seed {seed} round {round}");
-        let rdb = restart(dir.path(), &schema, &journal, [1, 3][round % 2], &ctx);
+        let rdb = restart(
+            dir.path(),
+            fsmem,
+            &schema,
+            &journal,
+            [1, 3][round % 2],
+            &ctx,
+        );
         assert_same(&rdb, &reference, &ctx);
+        if fsmem.is_some() && rdb.store().snapshot("quote").unwrap().rows > 0 {
+            assert!(
+                rdb.store().memory().fsmem > 0,
+                "{ctx}: quote restored outside fsmem"
+            );
+        }
         let hot = rdb.hot_restart().unwrap().clone();
         restored_rows += hot
             .status()
@@ -238,7 +287,7 @@ fn restart_from_store_and_journal_tail_equals_full_replay() {
         drop(rdb);
     }
     let ctx = format!("seed {seed} final");
-    let rdb = restart(dir.path(), &schema, &journal, 2, &ctx);
+    let rdb = restart(dir.path(), fsmem, &schema, &journal, 2, &ctx);
     assert_same(&rdb, &reference, &ctx);
     eprintln!(
         "{} updates, {checkpoints} checkpoints, {crashed_checkpoints} stopped part-way, {restored_rows} rows restored over the restarts",

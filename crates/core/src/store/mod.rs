@@ -11,6 +11,7 @@
 mod alloc;
 mod chunk;
 mod day;
+pub mod image;
 mod row_key;
 mod snapshot;
 mod symbols;
@@ -350,6 +351,30 @@ impl Store {
     /// Every row of a table as appended now (see `pin`).
     pub fn raw_snapshot(&self, table: &str) -> Result<TableSnapshot> {
         self.pin(table)?.raw_snapshot()
+    }
+
+    /// Restore: interns a table's symbol names in id order (see
+    /// `TableStore::restore_symbols`).
+    pub fn restore_symbols<'a>(
+        &self,
+        table: &str,
+        first_id: u32,
+        names: impl Iterator<Item = &'a str>,
+    ) -> Result<()> {
+        self.layout
+            .load()
+            .table(table)?
+            .restore_symbols(first_id, names)
+    }
+
+    /// Restore: what decodes a table's chunk images (`image::ChunkRestorer`).
+    pub fn chunk_restorer(&self, table: &str) -> Result<image::ChunkRestorer> {
+        Ok(self.layout.load().table(table)?.chunk_restorer())
+    }
+
+    /// Restore: installs a table's restored chunks (`TableStore::adopt`).
+    pub fn adopt_chunks(&self, table: &str, chunks: Vec<ChunkSnapshot>) -> Result<()> {
+        self.layout.load().table(table)?.adopt(chunks)
     }
 
     /// Rows visible now, per table, in schema order.

@@ -435,6 +435,78 @@ impl TableStore {
         }));
     }
 
+    /// Interns `names` in order into the table's (restored, so far empty
+    /// or partly restored) dictionary; they must get the ids `first_id`,
+    /// `first_id + 1`, ...: the ids the chunks being restored hold.
+    pub fn restore_symbols<'a>(
+        &self,
+        first_id: u32,
+        names: impl Iterator<Item = &'a str>,
+    ) -> Result<()> {
+        let mut w = self.writer.lock();
+        for (i, name) in names.enumerate() {
+            let want = first_id as usize + i;
+            let id = w.dict.intern(name)?;
+            if id as usize != want {
+                return Err(CoreError::CorruptImage {
+                    offset: 0,
+                    reason: format!(
+                        "table '{}': symbol '{name}' restored as id {id}, its chunks say {want} (a name twice, or names missing)",
+                        self.name
+                    ),
+                });
+            }
+        }
+        w.version += 1;
+        self.publish(&mut w);
+        Ok(())
+    }
+
+    /// What decodes chunk images of this table, against its dictionary as
+    /// restored so far (`restore_symbols` first).
+    pub fn chunk_restorer(&self) -> super::image::ChunkRestorer {
+        let mut w = self.writer.lock();
+        super::image::ChunkRestorer {
+            def: w.def.clone(),
+            schema: w.schema.clone(),
+            dict: w.dict.values(),
+            domains: self.domains.clone(),
+        }
+    }
+
+    /// Installs restored sealed chunks, in row order, after the rows the
+    /// table holds (a restore starts with an empty table). The next apply
+    /// starts a new chunk after them.
+    pub fn adopt(&self, chunks: Vec<ChunkSnapshot>) -> Result<()> {
+        let mut guard = self.writer.lock();
+        let w = &mut *guard;
+        if w.active.is_some() || w.full.is_some() {
+            return Err(CoreError::Domain(format!(
+                "table '{}': restored chunks can only follow sealed ones",
+                self.name
+            )));
+        }
+        let rows: usize = chunks.iter().map(|c| c.batch.num_rows()).sum();
+        let sealed = Arc::make_mut(&mut w.sealed);
+        for c in chunks {
+            if c.batch.schema() != w.schema {
+                return Err(CoreError::Domain(format!(
+                    "table '{}': a restored chunk's columns differ from the table's",
+                    self.name
+                )));
+            }
+            sealed.push(c);
+        }
+        if rows > 0 {
+            // Later chunks come at the full size, as after a long run.
+            w.next_capacity = CHUNK_ROWS_MAX;
+        }
+        w.rows += rows as u64;
+        w.version += 1;
+        self.publish(w);
+        Ok(())
+    }
+
     pub fn clear(&self) {
         let mut w = self.writer.lock();
         w.active = None;
@@ -531,19 +603,8 @@ fn widen_chunk(
     let rows = c.batch.num_rows();
     let mut columns = c.batch.columns().to_vec();
     for col in &def.columns[columns.len()..] {
-        let a: arrow_array::ArrayRef = match col.ty {
-            ColumnType::Symbol => Arc::new(arrow_array::DictionaryArray::<
-                arrow_array::types::UInt32Type,
-            >::new(
-                arrow_array::UInt32Array::new_null(rows),
-                dict.clone() as arrow_array::ArrayRef,
-            )),
-            _ => {
-                let field = schema.field(columns.len());
-                arrow_array::new_null_array(field.data_type(), rows)
-            }
-        };
-        columns.push(a);
+        let field = schema.field(columns.len());
+        columns.push(null_column(col.ty, rows, field.data_type(), dict));
     }
     let batch = arrow_array::RecordBatch::try_new(schema.clone(), columns)
         .map_err(|e| CoreError::Domain(format!("table '{}': adding columns: {e}", def.name)))?;
@@ -553,6 +614,26 @@ fn widen_chunk(
         max_time: c.max_time,
         sym_index: c.sym_index.clone(),
     })
+}
+
+/// A column of `rows` nulls of type `ty` (Arrow type `data_type`); a symbol
+/// column's nulls index the table's dictionary, as every chunk's symbol
+/// column does.
+pub(crate) fn null_column(
+    ty: ColumnType,
+    rows: usize,
+    data_type: &DataType,
+    dict: &Arc<StringArray>,
+) -> arrow_array::ArrayRef {
+    match ty {
+        ColumnType::Symbol => Arc::new(arrow_array::DictionaryArray::<
+            arrow_array::types::UInt32Type,
+        >::new(
+            arrow_array::UInt32Array::new_null(rows),
+            dict.clone() as arrow_array::ArrayRef,
+        )),
+        _ => arrow_array::new_null_array(data_type, rows),
+    }
 }
 
 /// A table's published state held at one moment (`TableStore::pin`).

@@ -8,10 +8,13 @@
 //!    cut at its published length) are built from the pins after the lock is
 //!    released.
 //! 2. Without the lock: write the rows added since the last checkpoint. An
-//!    append table gets segment records (its new rows, at most
-//!    `SEGMENT_ROWS_MAX` a record); a keyed table gets one row record per key
-//!    upserted since (the latest row). A table cleared since gets a new key
-//!    generation and all its rows.
+//!    append table gets one chunk image per column-store chunk holding rows
+//!    not persisted yet (a chunk that was still filling at the last
+//!    checkpoint is written again whole, under the same key), and a symbols
+//!    record with the names its dictionary gained; a keyed table gets one
+//!    row record per key upserted since (the latest row). A table cleared
+//!    since, or restored from a store written before chunk images, gets a
+//!    new key generation and all its rows.
 //! 3. `set_meta("checkpoint", S and the tables' state)`, which first makes
 //!    every record above durable, then `sync()`: now the store is durable up
 //!    to S (`CheckpointReport` is returned only after this fsync).
@@ -21,7 +24,7 @@
 
 use super::keys;
 use super::meta::{CheckpointMeta, TableMeta};
-use super::values::{row_pieces, RowValue, SegmentValue};
+use super::values::{ImageValue, RowValue, SymbolsValue};
 use super::{now_unix_ns, CheckpointCrash, HotRestart, TableState};
 use crate::error::RdbError;
 use crate::rdb::Rdb;
@@ -31,13 +34,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tickdb_core::store::TableSnapshot;
 use tickdb_core::{TableDef, TableKind};
-
-/// Most rows in one segment record: a column-store chunk's worth, so a reload
-/// applies whole chunks.
-pub const SEGMENT_ROWS_MAX: usize = tickdb_core::store::CHUNK_ROWS_MAX;
-/// Most estimated bytes of row data in one segment record (strings and bytes
-/// can make rows large); far below the store's value bound.
-pub const SEGMENT_BYTES_MAX: usize = 64 * 1024 * 1024;
 
 /// What one checkpoint did. Returned after the store is durable up to `seq`.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -85,72 +81,64 @@ fn take_cut(rdb: &Rdb) -> Result<Cut, RdbError> {
     })
 }
 
-/// Estimated bytes of row data in `rb`: fixed widths plus string/bytes data.
-fn row_bytes(rb: &RecordBatch) -> usize {
-    use arrow_array::cast::AsArray;
-    use arrow_schema::DataType;
-    rb.columns()
-        .iter()
-        .map(|a| match a.data_type() {
-            DataType::Utf8 => {
-                let s = a.as_string::<i32>();
-                let o = s.value_offsets();
-                (o[o.len() - 1] - o[0]) as usize + 4 * s.len()
-            }
-            DataType::Binary => {
-                let s = a.as_binary::<i32>();
-                let o = s.value_offsets();
-                (o[o.len() - 1] - o[0]) as usize + 4 * s.len()
-            }
-            _ => 8 * a.len(),
-        })
-        .sum()
-}
-
 #[derive(Default)]
 struct Written {
     rows: u64,
     records: u64,
 }
 
-/// Writes rows `from..to` of an append table as segment records.
-fn write_segments(
+/// Writes an append table's rows `persisted..` as chunk images (every chunk
+/// holding such rows, whole, keyed by its first row) and the symbol names
+/// from id `symbols_persisted` on. Returns the names persisted now.
+fn write_images(
     hot: &HotRestart,
-    name: &Arc<str>,
+    def: &Arc<TableDef>,
     generation: u64,
     snap: &TableSnapshot,
-    from: usize,
-    to: usize,
+    persisted: usize,
+    symbols_persisted: usize,
     w: &mut Written,
-) -> Result<(), RdbError> {
-    let mut start = from;
-    while start < to {
-        // Grow the segment chunk piece by chunk piece up to the bounds.
-        let mut end = (start + SEGMENT_ROWS_MAX).min(to);
-        let mut pieces = row_pieces(snap, start, end);
-        let bytes: usize = pieces.iter().map(row_bytes).sum();
-        if bytes > SEGMENT_BYTES_MAX && end - start > 1 {
-            let per_row = bytes / (end - start);
-            end = start + (SEGMENT_BYTES_MAX / per_row.max(1)).clamp(1, end - start);
-            pieces = row_pieces(snap, start, end);
-        }
-        let value = SegmentValue {
-            table: name.clone(),
-            pieces,
-        };
-        debug_assert_eq!(value.rows(), end - start);
+) -> Result<u64, RdbError> {
+    let name = def.name.as_str();
+    let fail = |e: tickdb_hotrestart::Error| RdbError::Checkpoint(format!("table '{name}': {e}"));
+    // Names first: the chunks' ids need them. The dictionary as cut holds
+    // every id the cut's chunks use.
+    let names = snap.symbols.len();
+    if names > symbols_persisted {
         hot.store
             .put_source(
-                &keys::segment_key(name, generation, start as u64),
-                Arc::new(value),
+                &keys::symbols_key(name, generation, symbols_persisted as u64),
+                Arc::new(SymbolsValue {
+                    names: snap.symbols.clone(),
+                    from: symbols_persisted,
+                    to: names,
+                }),
             )
-            .map_err(|e| RdbError::Checkpoint(format!("table '{name}': {e}")))?;
-        w.rows += (end - start) as u64;
+            .map_err(fail)?;
         w.records += 1;
-        start = end;
         hot.test_crash_due(w.records)?;
     }
-    Ok(())
+    let mut at = 0usize;
+    for c in &snap.chunks {
+        let (first, end) = (at, at + c.batch.num_rows());
+        at = end;
+        if end <= persisted || end == first {
+            continue;
+        }
+        hot.store
+            .put_source(
+                &keys::image_key(name, generation, first as u64),
+                Arc::new(ImageValue {
+                    def: def.clone(),
+                    chunk: c.clone(),
+                }),
+            )
+            .map_err(fail)?;
+        w.rows += (end - first.max(persisted)) as u64;
+        w.records += 1;
+        hot.test_crash_due(w.records)?;
+    }
+    Ok(names.max(symbols_persisted) as u64)
 }
 
 /// Writes the latest row of each key upserted in raw rows `from..to`.
@@ -222,13 +210,12 @@ pub(super) fn run(hot: &HotRestart, rdb: &Rdb) -> Result<CheckpointReport, RdbEr
     for (def, snap) in &cut.tables {
         let name: Arc<str> = Arc::from(def.name.as_str());
         let st = next.entry(def.name.clone()).or_default();
-        if snap.generation != st.store_generation {
+        if snap.generation != st.store_generation || st.legacy {
             stale.push((def.name.clone(), st.generation));
             *st = TableState {
                 generation: st.generation + 1,
                 store_generation: snap.generation,
-                rows: 0,
-                ordinal_base: 0,
+                ..TableState::default()
             };
         }
         let (from, to) = (st.rows as usize, snap.rows);
@@ -239,7 +226,17 @@ pub(super) fn run(hot: &HotRestart, rdb: &Rdb) -> Result<CheckpointReport, RdbEr
             )));
         }
         match &def.kind {
-            TableKind::Append => write_segments(hot, &name, st.generation, snap, from, to, &mut w)?,
+            TableKind::Append => {
+                st.symbols = write_images(
+                    hot,
+                    def,
+                    st.generation,
+                    snap,
+                    from,
+                    st.symbols as usize,
+                    &mut w,
+                )?
+            }
             TableKind::Keyed { key } => write_rows(
                 hot,
                 &name,
@@ -261,6 +258,7 @@ pub(super) fn run(hot: &HotRestart, rdb: &Rdb) -> Result<CheckpointReport, RdbEr
                 TableKind::Append => 0,
                 TableKind::Keyed { .. } => st.ordinal_base + st.rows,
             },
+            symbols: st.symbols,
         });
     }
     let crash = *hot.test_crash.lock();

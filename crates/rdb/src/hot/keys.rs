@@ -1,9 +1,16 @@
 //! The key layout of the RDB's records in the Hot Restart store.
 //!
 //! ```text
-//! "t/" table 0x00 generation:u64be 'c' first_row:u64be   an append table's rows
-//!                                                        first_row .. first_row+n
+//! "t/" table 0x00 generation:u64be 'a' first_row:u64be   an append table's column
+//!                                                        chunk starting at first_row,
+//!                                                        as a chunk image
+//! "t/" table 0x00 generation:u64be 'd' first_id:u64be    an append table's symbol
+//!                                                        names from id first_id on
 //! "t/" table 0x00 generation:u64be 'k' key bytes          a keyed table's row
+//! "t/" table 0x00 generation:u64be 'c' first_row:u64be   an append table's rows
+//!                                                        first_row .. first_row+n as
+//!                                                        a codec update (stores written
+//!                                                        before chunk images; read only)
 //! ```
 //!
 //! Table names never contain 0x00, so `"t/" table 0x00` is a prefix of that
@@ -18,6 +25,8 @@ use tickdb_core::store::SymbolBytes;
 /// The first bytes of every table record: nothing else in the store starts so.
 pub const TABLES_PREFIX: &[u8] = b"t/";
 const KIND_SEGMENT: u8 = b'c';
+const KIND_IMAGE: u8 = b'a';
+const KIND_SYMBOLS: u8 = b'd';
 const KIND_ROW: u8 = b'k';
 
 /// `"t/" table 0x00`: every generation of a table.
@@ -36,11 +45,29 @@ pub fn generation_prefix(table: &str, generation: u64) -> Vec<u8> {
     k
 }
 
-/// The key of an append table's segment starting at `first_row`.
+/// The key of an append table's segment starting at `first_row` (stores
+/// written before chunk images hold these; the tests build such stores).
+#[cfg(test)]
 pub fn segment_key(table: &str, generation: u64, first_row: u64) -> Vec<u8> {
     let mut k = generation_prefix(table, generation);
     k.push(KIND_SEGMENT);
     k.extend_from_slice(&first_row.to_be_bytes());
+    k
+}
+
+/// The key of an append table's column chunk starting at `first_row`.
+pub fn image_key(table: &str, generation: u64, first_row: u64) -> Vec<u8> {
+    let mut k = generation_prefix(table, generation);
+    k.push(KIND_IMAGE);
+    k.extend_from_slice(&first_row.to_be_bytes());
+    k
+}
+
+/// The key of an append table's symbol names from id `first_id` on.
+pub fn symbols_key(table: &str, generation: u64, first_id: u64) -> Vec<u8> {
+    let mut k = generation_prefix(table, generation);
+    k.push(KIND_SYMBOLS);
+    k.extend_from_slice(&first_id.to_be_bytes());
     k
 }
 
@@ -60,6 +87,16 @@ pub enum RecordKey<'a> {
         generation: u64,
         first_row: u64,
     },
+    Image {
+        table: &'a str,
+        generation: u64,
+        first_row: u64,
+    },
+    Symbols {
+        table: &'a str,
+        generation: u64,
+        first_id: u64,
+    },
     Row {
         table: &'a str,
         generation: u64,
@@ -70,15 +107,19 @@ pub enum RecordKey<'a> {
 impl RecordKey<'_> {
     pub fn table(&self) -> &str {
         match self {
-            RecordKey::Segment { table, .. } | RecordKey::Row { table, .. } => table,
+            RecordKey::Segment { table, .. }
+            | RecordKey::Image { table, .. }
+            | RecordKey::Symbols { table, .. }
+            | RecordKey::Row { table, .. } => table,
         }
     }
 
     pub fn generation(&self) -> u64 {
         match self {
-            RecordKey::Segment { generation, .. } | RecordKey::Row { generation, .. } => {
-                *generation
-            }
+            RecordKey::Segment { generation, .. }
+            | RecordKey::Image { generation, .. }
+            | RecordKey::Symbols { generation, .. }
+            | RecordKey::Row { generation, .. } => *generation,
         }
     }
 }
@@ -99,6 +140,16 @@ pub fn parse(key: &[u8]) -> Option<RecordKey<'_>> {
             table,
             generation,
             first_row: u64::from_be_bytes(body.try_into().ok()?),
+        }),
+        KIND_IMAGE if body.len() == 8 => Some(RecordKey::Image {
+            table,
+            generation,
+            first_row: u64::from_be_bytes(body.try_into().ok()?),
+        }),
+        KIND_SYMBOLS if body.len() == 8 => Some(RecordKey::Symbols {
+            table,
+            generation,
+            first_id: u64::from_be_bytes(body.try_into().ok()?),
         }),
         KIND_ROW => Some(RecordKey::Row {
             table,
@@ -145,6 +196,23 @@ mod tests {
         );
         assert!(r.starts_with(&generation_prefix("daily", 0)));
         assert!(!r.starts_with(&table_prefix("dail")));
+        assert_eq!(
+            parse(&image_key("quote", 1, 131_072)),
+            Some(RecordKey::Image {
+                table: "quote",
+                generation: 1,
+                first_row: 131_072
+            })
+        );
+        assert_eq!(
+            parse(&symbols_key("quote", 1, 2000)),
+            Some(RecordKey::Symbols {
+                table: "quote",
+                generation: 1,
+                first_id: 2000
+            })
+        );
+        assert!(image_key("quote", 1, 1) < image_key("quote", 1, 65_536));
         assert_eq!(parse(b"t/x"), None);
         assert_eq!(parse(b"other"), None);
     }

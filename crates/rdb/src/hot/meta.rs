@@ -5,7 +5,7 @@
 //! row of every update up to S.
 //!
 //! ```text
-//! u8    version (1)
+//! u8    version (2; version 1, written before chunk images, lacks `symbols`)
 //! u64   applied journal sequence S
 //! i64   when the cut was taken (ns since the epoch)
 //! str32 the schema (TOML) the rows follow
@@ -16,6 +16,7 @@
 //!   u64   generation   (key generation of the table's records)
 //!   u64   rows         (append: rows persisted; keyed: rows restored + written)
 //!   u64   next_ordinal (keyed: ordinal the next row gets; append: 0)
+//!   u64   symbols      (append: symbol names persisted; keyed: 0)
 //! ```
 //!
 //! Little endian; strN is a uN length then UTF-8.
@@ -23,7 +24,9 @@
 use crate::error::RdbError;
 
 pub const META_NAME: &[u8] = b"checkpoint";
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
+/// Checkpoints of stores written before chunk images: no `symbols` field.
+const VERSION_SEGMENTS: u8 = 1;
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct TableMeta {
@@ -31,6 +34,8 @@ pub struct TableMeta {
     pub generation: u64,
     pub rows: u64,
     pub next_ordinal: u64,
+    /// Append tables: the symbol names persisted (ids 0..symbols).
+    pub symbols: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,6 +73,7 @@ impl CheckpointMeta {
             out.extend_from_slice(&t.generation.to_le_bytes());
             out.extend_from_slice(&t.rows.to_le_bytes());
             out.extend_from_slice(&t.next_ordinal.to_le_bytes());
+            out.extend_from_slice(&t.symbols.to_le_bytes());
         }
         out
     }
@@ -75,7 +81,7 @@ impl CheckpointMeta {
     pub fn decode(buf: &[u8]) -> Result<CheckpointMeta, RdbError> {
         let mut r = Reader { buf, pos: 0 };
         let v = r.u8()?;
-        if v != VERSION {
+        if v != VERSION && v != VERSION_SEGMENTS {
             return Err(r.err(format!("unknown checkpoint record version {v}")));
         }
         let seq = r.u64()?;
@@ -101,6 +107,7 @@ impl CheckpointMeta {
                 generation: r.u64()?,
                 rows: r.u64()?,
                 next_ordinal: r.u64()?,
+                symbols: if v == VERSION { r.u64()? } else { 0 },
             });
         }
         if r.pos != buf.len() {
@@ -187,6 +194,7 @@ mod tests {
                 generation: 2,
                 rows: 100,
                 next_ordinal: 0,
+                symbols: 7,
             }],
         };
         let enc = m.encode();
@@ -197,5 +205,10 @@ mod tests {
         let mut bad = enc.clone();
         bad[0] = 9;
         assert!(CheckpointMeta::decode(&bad).is_err());
+        // A version 1 record (no symbols) still reads.
+        let mut v1 = enc[..enc.len() - 8].to_vec();
+        v1[0] = 1;
+        let old = CheckpointMeta::decode(&v1).unwrap();
+        assert_eq!((old.tables[0].rows, old.tables[0].symbols), (100, 0));
     }
 }

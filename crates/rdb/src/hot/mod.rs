@@ -20,7 +20,7 @@ mod meta;
 mod restore;
 mod values;
 
-pub use checkpoint::{CheckpointReport, SEGMENT_BYTES_MAX, SEGMENT_ROWS_MAX};
+pub use checkpoint::CheckpointReport;
 pub use meta::{CheckpointMeta, TableMeta};
 pub use restore::RestoreReport;
 
@@ -78,6 +78,12 @@ pub(crate) struct TableState {
     rows: u64,
     /// Keyed tables: raw row r has ordinal `ordinal_base + r`.
     ordinal_base: u64,
+    /// Append tables: symbol names persisted (ids 0..symbols).
+    symbols: u64,
+    /// Restored from codec segments (a store written before chunk images):
+    /// the next checkpoint writes the table again, as chunk images, under
+    /// a new generation, and then removes the old one.
+    legacy: bool,
 }
 
 /// What the checkpoints carry besides the tables: set by `restore`.

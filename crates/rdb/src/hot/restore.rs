@@ -11,18 +11,28 @@
 //!   checkpoint that crashed before its record). Keyed rows written by such a
 //!   checkpoint are kept: each came from an update after S, which the journal
 //!   replay applies again, so the final state is the same.
-//! - An append table's segments must tile rows 0..rows exactly; anything else
-//!   is corruption and stops the restart with the table and rows named.
+//! - An append table's chunk images must tile rows 0..rows exactly, and its
+//!   symbols records names 0..symbols; anything else is corruption and stops
+//!   the restart with the table and rows named. Each image becomes a sealed
+//!   chunk as it is (`store::image`): a DRAM table's arrays point into the
+//!   reloaded bytes, an fsmem table's buffers are copied once into fsmem.
+//!   Images are decoded on `parallelism` threads; no row is appended.
+//! - Stores written before chunk images hold codec segments instead; those
+//!   are decoded and applied in row order through `Store::apply`, as live
+//!   updates are, and the next checkpoint writes the table again as images.
 //! - Tables are restored in parallel, one thread per table (at most
-//!   `parallelism`), each applying its records in row order through the same
-//!   `Store::apply` as live updates.
-//! - Each record's value is then rebound to the restored rows
-//!   (`Store::rebind`), so the reloaded bytes are freed and the store holds no
-//!   second copy of the data.
+//!   `parallelism`).
+//! - A record whose bytes the restored rows no longer share (an fsmem
+//!   chunk's copy, a segment, a keyed row) is rebound to them
+//!   (`Store::rebind`), so the reloaded bytes are freed and the store holds
+//!   no second copy of the data.
 
 use super::keys::{self, RecordKey};
 use super::meta::CheckpointMeta;
-use super::values::{decode_row, decode_segment, row_pieces, RowValue, SegmentValue};
+use super::meta::TableMeta;
+use super::values::{
+    decode_row, decode_segment, decode_symbols, row_pieces, ImageValue, RowValue, SegmentValue,
+};
 use super::TableState;
 use crate::error::RdbError;
 use arrow_array::RecordBatch;
@@ -31,6 +41,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
+use tickdb_core::store::image::RestoredChunk;
 use tickdb_core::store::Store as ColumnStore;
 use tickdb_core::{Batch, TableDef, TableKind};
 use tickdb_hotrestart::{Key, Store as HotStore, Value};
@@ -98,11 +109,17 @@ pub(super) fn restore(
         let def = schema.table(rk.table());
         match (tm, def) {
             (Some(tm), Some(def)) if tm.generation == rk.generation() => {
-                if let RecordKey::Segment { first_row, .. } = rk {
-                    if first_row >= tm.rows {
-                        stale_keys.push(k);
-                        continue;
+                // Written by a checkpoint that never became durable.
+                let beyond = match rk {
+                    RecordKey::Segment { first_row, .. } | RecordKey::Image { first_row, .. } => {
+                        first_row >= tm.rows
                     }
+                    RecordKey::Symbols { first_id, .. } => first_id >= tm.symbols,
+                    RecordKey::Row { .. } => false,
+                };
+                if beyond {
+                    stale_keys.push(k);
+                    continue;
                 }
                 work.entry(def.name.clone())
                     .or_insert_with(|| TableWork {
@@ -133,7 +150,7 @@ pub(super) fn restore(
                 let Some(w) = queue.lock().pop() else { break };
                 let name = w.def.name.clone();
                 let tm = meta.and_then(|m| m.table(&name));
-                let r = restore_table(hs, store, w, tm.map(|t| (t.rows, t.next_ordinal)), &|n| {
+                let r = restore_table(hs, store, w, tm, parallelism, &|n| {
                     let d = done_rows.fetch_add(n, Ordering::Relaxed) + n;
                     pb.set_position(d);
                 });
@@ -162,9 +179,8 @@ pub(super) fn restore(
             }
             states.entry(t.name.clone()).or_insert(TableState {
                 generation: t.generation,
-                store_generation: 0,
-                rows: 0,
                 ordinal_base: t.next_ordinal,
+                ..TableState::default()
             });
             report.rows.entry(t.name.clone()).or_insert(0);
         }
@@ -198,19 +214,20 @@ fn progress_bar(show: bool, total: u64) -> ProgressBar {
     pb
 }
 
-/// Restores one table; `tm` is the checkpoint's (rows, next_ordinal) for it.
+/// Restores one table; `tm` is the checkpoint's entry for it.
 fn restore_table(
     hs: &HotStore,
     store: &ColumnStore,
     w: TableWork,
-    tm: Option<(u64, u64)>,
-    progress: &dyn Fn(u64),
+    tm: Option<&TableMeta>,
+    parallelism: usize,
+    progress: &(dyn Fn(u64) + Sync),
 ) -> Result<Restored, RdbError> {
     let def = w.def;
     let name: Arc<str> = Arc::from(def.name.as_str());
     let schema_now = store.schema();
     let schema: &tickdb_core::Schema = &schema_now;
-    let (want_rows, next_ordinal) = tm.unwrap_or((0, 0));
+    let (want_rows, next_ordinal) = tm.map(|t| (t.rows, t.next_ordinal)).unwrap_or((0, 0));
     let generation = w
         .records
         .first()
@@ -220,7 +237,42 @@ fn restore_table(
         RdbError::Restore(format!("table '{}': applying restored rows: {e}", def.name))
     };
     let records = w.records.len() as u64;
+    let segments = w
+        .records
+        .iter()
+        .filter(|(k, _)| matches!(keys::parse(k), Some(RecordKey::Segment { .. })))
+        .count();
     match &def.kind {
+        TableKind::Append if segments < w.records.len() => {
+            if segments > 0 {
+                return Err(RdbError::Restore(format!(
+                    "table '{}' holds both codec segments and chunk images in one generation",
+                    def.name
+                )));
+            }
+            let symbols = tm.map(|t| t.symbols).unwrap_or(0);
+            let restored = restore_images(
+                hs,
+                store,
+                &def,
+                w.records,
+                want_rows,
+                symbols,
+                parallelism,
+                progress,
+            )?;
+            Ok(Restored {
+                state: TableState {
+                    generation,
+                    store_generation: restored.store_generation,
+                    rows: want_rows,
+                    symbols,
+                    ..TableState::default()
+                },
+                rows: want_rows,
+                records,
+            })
+        }
         TableKind::Append => {
             // Key order is row order (big-endian first_row).
             // (key, first row, rows, widened): a widened record keeps its
@@ -299,7 +351,9 @@ fn restore_table(
                     generation,
                     store_generation: snap.generation,
                     rows: expected,
-                    ordinal_base: 0,
+                    // Written again as chunk images by the next checkpoint.
+                    legacy: records > 0,
+                    ..TableState::default()
                 },
                 rows: expected,
                 records,
@@ -365,6 +419,7 @@ fn restore_table(
                     store_generation: snap.generation,
                     rows: n,
                     ordinal_base: max_next - n,
+                    ..TableState::default()
                 },
                 rows: n,
                 records,
@@ -373,9 +428,162 @@ fn restore_table(
     }
 }
 
+struct ImagesRestored {
+    store_generation: u64,
+}
+
+/// Restores an append table from its symbols records and chunk images:
+/// names 0..`symbols` into its dictionary, then the images of rows
+/// 0..`rows`, decoded on `parallelism` threads and installed as sealed
+/// chunks. Checks that both tile their ranges exactly; the first gap or
+/// undecodable record in row order is the one reported.
+#[allow(clippy::too_many_arguments)]
+fn restore_images(
+    hs: &HotStore,
+    store: &ColumnStore,
+    def: &Arc<TableDef>,
+    records: Vec<(Key, Value)>,
+    rows: u64,
+    symbols: u64,
+    parallelism: usize,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<ImagesRestored, RdbError> {
+    let table = def.name.as_str();
+    let err = |why: String| RdbError::Restore(format!("table '{table}': {why}"));
+    let mut names: Vec<(u64, Value)> = Vec::new();
+    let mut images: Vec<(u64, Key, Value)> = Vec::new();
+    for (k, v) in records {
+        match keys::parse(&k) {
+            Some(RecordKey::Symbols { first_id, .. }) => names.push((first_id, v)),
+            Some(RecordKey::Image { first_row, .. }) => images.push((first_row, k, v)),
+            _ => return Err(err("an append table holds a keyed row record".into())),
+        }
+    }
+    names.sort_unstable_by_key(|n| n.0);
+    let mut next_id = 0u64;
+    for (first_id, v) in &names {
+        if *first_id != next_id {
+            return Err(err(format!(
+                "symbol names {next_id}..{first_id} are missing from the hot restart store"
+            )));
+        }
+        let bytes = v.bytes();
+        let list = decode_symbols(table, &bytes)?;
+        let first = u32::try_from(*first_id).map_err(|_| err(format!("symbol id {first_id}")))?;
+        store
+            .restore_symbols(table, first, list.iter().copied())
+            .map_err(|e| err(format!("restoring symbol names: {e}")))?;
+        next_id += list.len() as u64;
+    }
+    if next_id != symbols {
+        return Err(err(format!(
+            "the checkpoint holds {symbols} symbol names, the store {next_id}"
+        )));
+    }
+
+    // Key order is row order (big-endian first_row); check the tiling
+    // first, so that a gap is reported whatever decodes.
+    images.sort_unstable_by_key(|i| i.0);
+    let restorer = store
+        .chunk_restorer(table)
+        .map_err(|e| err(e.to_string()))?;
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let decoded: Vec<parking_lot::Mutex<Option<Result<RestoredChunk, tickdb_core::CoreError>>>> =
+        images
+            .iter()
+            .map(|_| parking_lot::Mutex::new(None))
+            .collect();
+    // Rows each image is to give: up to the next image's first row (or the
+    // checkpoint's rows for the last).
+    let takes: Vec<usize> = images
+        .iter()
+        .enumerate()
+        .map(|(i, (first, _, _))| {
+            let end = images.get(i + 1).map(|n| n.0).unwrap_or(rows).min(rows);
+            end.saturating_sub(*first) as usize
+        })
+        .collect();
+    std::thread::scope(|s| {
+        for _ in 0..parallelism.clamp(1, images.len().max(1)) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some((_, _, v)) = images.get(i) else {
+                    break;
+                };
+                let r = match v {
+                    Value::Bytes(b) => restorer.decode(b, takes[i]),
+                    // Only a reloaded record reaches a restore.
+                    Value::Source(_) => restorer.decode(&Arc::from(&*v.bytes()), takes[i]),
+                };
+                if let Ok(c) = &r {
+                    progress(c.rows as u64);
+                }
+                *decoded[i].lock() = Some(r);
+            });
+        }
+    });
+    let mut expected = 0u64;
+    let mut chunks = Vec::with_capacity(images.len());
+    let mut rebinds = Vec::new();
+    for (i, ((first_row, k, _), slot)) in images.iter().zip(decoded).enumerate() {
+        if *first_row != expected {
+            return Err(err(format!(
+                "rows {expected}..{first_row} are missing from the hot restart store"
+            )));
+        }
+        let r = slot
+            .into_inner()
+            .ok_or_else(|| err("a chunk image was not decoded".into()))?
+            .map_err(|e| err(format!("the chunk image of rows {first_row}..: {e}")))?;
+        if r.rows != takes[i] {
+            return Err(err(format!(
+                "the chunk image of rows {first_row}.. holds {} rows, the next starts at row {}",
+                r.rows,
+                first_row + takes[i] as u64
+            )));
+        }
+        expected += r.rows as u64;
+        // A cut image (written whole by a checkpoint that never became
+        // durable) is written again as restored; a copied one is swapped for
+        // the restored chunk; a widened one keeps its bytes.
+        if r.truncated || (r.copied && !r.widened) {
+            rebinds.push((k.clone(), r.truncated, r.chunk.clone()));
+        }
+        chunks.push(r.chunk);
+    }
+    if expected != rows {
+        return Err(err(format!(
+            "the checkpoint holds {rows} rows, the store {expected}"
+        )));
+    }
+    store
+        .adopt_chunks(table, chunks)
+        .map_err(|e| err(format!("installing restored chunks: {e}")))?;
+    let fail = |e: tickdb_hotrestart::Error| err(e.to_string());
+    let mut rewritten = false;
+    for (k, truncated, chunk) in rebinds {
+        let value = Arc::new(ImageValue {
+            def: def.clone(),
+            chunk,
+        });
+        if truncated {
+            hs.put_source(&k, value).map_err(fail)?;
+            rewritten = true;
+        } else {
+            hs.rebind(&k, value).map_err(fail)?;
+        }
+    }
+    if rewritten {
+        hs.sync().map_err(fail)?;
+    }
+    let snap = store.raw_snapshot(table).map_err(|e| err(e.to_string()))?;
+    Ok(ImagesRestored {
+        store_generation: snap.generation,
+    })
+}
+
 #[cfg(test)]
 mod tests {
-    use super::super::meta::TableMeta;
     use super::*;
     use tickdb_core::batch::{BatchBuilder, Value as Cell};
     use tickdb_core::codec;
@@ -435,11 +643,97 @@ column = [
                 generation: 1,
                 rows,
                 next_ordinal: 0,
+                symbols: 0,
             }],
         };
         let store = ColumnStore::new(schema, Domains::new(None).unwrap()).unwrap();
         let (_, report) = restore(&hs, Some(&meta), &store, 2, false)?;
         Ok(report.rows["trade"])
+    }
+
+    /// A store written before chunk images (codec segments, a version 1
+    /// checkpoint record) restores, and its first checkpoint writes the
+    /// table again as chunk images under a new generation and removes the
+    /// segments; a restore from that gives the same rows.
+    #[test]
+    fn a_store_of_codec_segments_restores_and_moves_to_chunk_images() {
+        use crate::rdb::Rdb;
+        let schema = Arc::new(Schema::parse(SCHEMA, "test").unwrap());
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = super::super::HotOptions::new(dir.path());
+        opts.fsync = false;
+        {
+            let cfg = Config {
+                fsync: false,
+                ..Config::default()
+            };
+            let (hs, _) = HotStore::open(dir.path(), cfg).unwrap();
+            for first in [0u64, 1000, 2000] {
+                let v = segment(&schema, first, 1000);
+                hs.put(&keys::segment_key("trade", 0, first), &v).unwrap();
+            }
+            let meta = CheckpointMeta {
+                seq: 3,
+                at_unix_ns: 0,
+                schema_toml: schema.to_toml(),
+                tables_filter: vec![],
+                symbols_filter: vec![],
+                tables: vec![TableMeta {
+                    name: "trade".into(),
+                    generation: 0,
+                    rows: 3000,
+                    next_ordinal: 0,
+                    symbols: 0,
+                }],
+            };
+            // Version 1: the same fields without `symbols`.
+            let mut v1 = meta.encode();
+            v1.truncate(v1.len() - 8);
+            v1[0] = 1;
+            hs.set_meta(super::super::meta::META_NAME, &v1).unwrap();
+            hs.close().unwrap();
+        }
+        let restart = || {
+            let hot = super::super::HotRestart::open(&opts).unwrap();
+            let store =
+                Arc::new(ColumnStore::new(schema.clone(), Domains::new(None).unwrap()).unwrap());
+            let r = hot.restore(&store, &[], &[]).unwrap();
+            let rdb = Rdb::restored(store, r.seq);
+            let hot = Arc::new(hot);
+            rdb.attach_hot_restart(hot.clone());
+            (rdb, hot)
+        };
+        let (rdb, hot) = restart();
+        let before = rdb.store().raw_snapshot("trade").unwrap();
+        assert_eq!(before.rows, 3000);
+        let more = decode_segment("trade", &segment(&schema, 3000, 10), &schema)
+            .unwrap()
+            .0;
+        rdb.apply(4, &[more]).unwrap();
+        let ck = rdb.checkpoint().unwrap().unwrap();
+        assert_eq!(ck.tables_cleared, vec!["trade".to_string()]);
+        let kinds: Vec<char> = hot
+            .store
+            .iter_prefix(keys::TABLES_PREFIX)
+            .map(|(k, _)| match keys::parse(&k) {
+                Some(RecordKey::Image { generation: 1, .. }) => 'a',
+                Some(RecordKey::Symbols { generation: 1, .. }) => 'd',
+                other => panic!("{other:?} left after the checkpoint"),
+            })
+            .collect();
+        assert!(kinds.contains(&'a') && kinds.contains(&'d'), "{kinds:?}");
+        drop((rdb, hot));
+        let (rdb, _hot) = restart();
+        let after = rdb.store().raw_snapshot("trade").unwrap();
+        assert_eq!(after.rows, 3010);
+        let rows = |s: &tickdb_core::store::TableSnapshot| -> Vec<RecordBatch> {
+            s.chunks.iter().map(|c| c.batch.clone()).collect()
+        };
+        let (a, b) = (
+            arrow_select::concat::concat_batches(&before.schema, &rows(&before)).unwrap(),
+            arrow_select::concat::concat_batches(&after.schema, &rows(&after)).unwrap(),
+        );
+        assert_eq!(b.slice(0, 3000), a);
     }
 
     #[test]

@@ -4,8 +4,13 @@
 //! persisted state costs no second copy of the day's data in RAM.
 //!
 //! ```text
-//! append table segment:  codec update holding one batch: the rows
+//! append table chunk:    a chunk image (tickdb-core `store::image`): the
+//!                        column chunk's rows in Arrow's layout
+//! append table symbols:  u32 count, then per name u32 length + UTF-8: the
+//!                        table's symbol names with ids first_id .. (the key)
 //! keyed table row:       u64 ordinal (LE), then a codec update of one row
+//! append table segment:  codec update holding one batch: the rows (stores
+//!                        written before chunk images; read, never written)
 //! ```
 //!
 //! The ordinal is the row's place in the order rows arrived, so that a reload
@@ -15,10 +20,11 @@
 //! were stored.
 
 use crate::error::RdbError;
-use arrow_array::RecordBatch;
+use arrow_array::{Array, RecordBatch, StringArray};
 use std::sync::Arc;
 use tickdb_core::from_arrow::batch_from_arrow;
-use tickdb_core::{codec, Batch, Schema};
+use tickdb_core::store::{image, ChunkSnapshot};
+use tickdb_core::{codec, Batch, Schema, TableDef};
 use tickdb_hotrestart::ValueSource;
 
 /// Codec bytes of the rows of `pieces` (consecutive rows of one table) as one batch.
@@ -43,16 +49,86 @@ pub struct SegmentValue {
     pub pieces: Vec<RecordBatch>,
 }
 
-impl SegmentValue {
-    pub fn rows(&self) -> usize {
-        self.pieces.iter().map(|p| p.num_rows()).sum()
-    }
-}
-
 impl ValueSource for SegmentValue {
     fn encode_into(&self, out: &mut Vec<u8>) {
         encode_rows(&self.table, &self.pieces, out);
     }
+}
+
+/// An append table's column chunk, from its first row to the rows it held
+/// at the cut: encoded as a chunk image when the store needs the bytes.
+pub struct ImageValue {
+    pub def: Arc<TableDef>,
+    pub chunk: ChunkSnapshot,
+}
+
+impl ValueSource for ImageValue {
+    fn encode_into(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        // Only a chunk whose columns are not the table's fails, which is a
+        // bug; the restore then reports the empty image instead of loading
+        // wrong rows.
+        if let Err(e) = image::encode(&self.def, &self.chunk, out) {
+            tracing::error!(
+                "hot restart: cannot encode a chunk of table '{}': {e}",
+                self.def.name
+            );
+            out.truncate(start);
+        }
+    }
+}
+
+/// An append table's symbol names with ids `from..to`, from its dictionary
+/// as of the cut.
+pub struct SymbolsValue {
+    pub names: Arc<StringArray>,
+    pub from: usize,
+    pub to: usize,
+}
+
+impl ValueSource for SymbolsValue {
+    fn encode_into(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&((self.to - self.from) as u32).to_le_bytes());
+        for i in self.from..self.to {
+            let name = if self.names.is_null(i) {
+                ""
+            } else {
+                self.names.value(i)
+            };
+            out.extend_from_slice(&(name.len() as u32).to_le_bytes());
+            out.extend_from_slice(name.as_bytes());
+        }
+    }
+}
+
+/// The names of a symbols record, in id order.
+pub fn decode_symbols<'a>(table: &str, bytes: &'a [u8]) -> Result<Vec<&'a str>, RdbError> {
+    let bad = |at: usize, why: &str| {
+        RdbError::Restore(format!(
+            "table '{table}': a symbols record, byte {at}: {why}"
+        ))
+    };
+    let u32_at = |at: usize| -> Result<usize, RdbError> {
+        bytes
+            .get(at..at + 4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+            .ok_or_else(|| bad(at, "cut short"))
+    };
+    let count = u32_at(0)?;
+    let mut names = Vec::with_capacity(count.min(bytes.len() / 4));
+    let mut at = 4;
+    for _ in 0..count {
+        let len = u32_at(at)?;
+        let text = bytes
+            .get(at + 4..at + 4 + len)
+            .ok_or_else(|| bad(at, "a name runs past the record"))?;
+        names.push(std::str::from_utf8(text).map_err(|_| bad(at + 4, "a name is not UTF-8"))?);
+        at += 4 + len;
+    }
+    if at != bytes.len() {
+        return Err(bad(at, "bytes after the last name"));
+    }
+    Ok(names)
 }
 
 /// One row of a keyed table: a row of a column-store chunk, shared by every
