@@ -9,8 +9,17 @@ use std::fmt;
 
 /// Magic bytes at offset 0 of every chunk file.
 pub const CHUNK_MAGIC: [u8; 8] = *b"TDBHRCK\0";
-/// Format version written into every chunk header; any other version is refused.
-pub const FORMAT_VERSION: u16 = 1;
+/// Format version written into every chunk header. Version 2 aligns every
+/// value to 8 bytes in the file (records start at multiples of 8, the key
+/// is padded), so that a value mapped from the file can be read in place as
+/// Arrow buffers; version 1 chunks (no padding) are still read. Any other
+/// version is refused.
+pub const FORMAT_VERSION: u16 = 2;
+/// The version before aligned values: read, never written.
+pub const FORMAT_VERSION_UNALIGNED: u16 = 1;
+/// Version 2 records start, and their values start, at multiples of this
+/// many bytes from the start of the file.
+pub const RECORD_ALIGN_BYTES: usize = 8;
 /// Size of the chunk file header.
 pub const CHUNK_HEADER_BYTES: usize = 32;
 /// Size of the fixed part of a record (before key and value).
@@ -100,6 +109,8 @@ pub struct ChunkHeader {
     pub flags: u8,
     /// The chunk's sequence number; equals the number in its file name.
     pub chunk_seq: u64,
+    /// `FORMAT_VERSION`, or `FORMAT_VERSION_UNALIGNED` for an older chunk.
+    pub version: u16,
 }
 
 /// Why bytes failed to decode. The caller adds the file and offset.
@@ -222,7 +233,7 @@ pub fn decode_header(buf: &[u8]) -> Result<ChunkHeader, DecodeError> {
         return Err(DecodeError::BadHeaderCrc { stored, computed });
     }
     let version = le_u16(h, 8);
-    if version != FORMAT_VERSION {
+    if version != FORMAT_VERSION && version != FORMAT_VERSION_UNALIGNED {
         return Err(DecodeError::BadVersion(version));
     }
     let kind = ChunkKind::from_u8(h[10]).ok_or(DecodeError::BadChunkKind(h[10]))?;
@@ -233,12 +244,21 @@ pub fn decode_header(buf: &[u8]) -> Result<ChunkHeader, DecodeError> {
         kind,
         flags: h[11],
         chunk_seq: le_u64(h, 16),
+        version,
     })
 }
 
-/// Encoded size of a record with these key and value lengths.
+/// Zero bytes that bring `n` up to a multiple of `RECORD_ALIGN_BYTES`.
+fn pad_to_align(n: usize) -> usize {
+    n.next_multiple_of(RECORD_ALIGN_BYTES) - n
+}
+
+/// Encoded size of a record with these key and value lengths (version 2:
+/// the key padded so that the value starts aligned, the value padded so
+/// that the next record does).
 pub fn encoded_len(key_len: usize, value_len: usize) -> usize {
-    RECORD_HEADER_BYTES + key_len + value_len
+    let key_end = RECORD_HEADER_BYTES + key_len;
+    key_end + pad_to_align(key_end) + value_len + pad_to_align(value_len)
 }
 
 /// Appends one encoded record to `out`. The caller has checked the key and value
@@ -246,16 +266,21 @@ pub fn encoded_len(key_len: usize, value_len: usize) -> usize {
 pub fn encode_record(out: &mut Vec<u8>, seq: u64, kind: RecordKind, key: &[u8], value: &[u8]) {
     debug_assert!(key.len() <= KEY_BYTES_MAX && value.len() <= VALUE_BYTES_MAX);
     let len = encoded_len(key.len(), value.len());
+    let value_pad = pad_to_align(value.len());
     let start = out.len();
     out.reserve(len);
     out.extend_from_slice(&(len as u32).to_le_bytes());
     out.extend_from_slice(&[0u8; 4]); // CRC, filled in below
     out.extend_from_slice(&seq.to_le_bytes());
     out.push(kind as u8);
-    out.extend_from_slice(&[0u8; 3]);
+    out.push(value_pad as u8);
+    out.extend_from_slice(&[0u8; 2]);
     out.extend_from_slice(&(key.len() as u32).to_le_bytes());
     out.extend_from_slice(key);
+    out.resize(out.len() + pad_to_align(RECORD_HEADER_BYTES + key.len()), 0);
     out.extend_from_slice(value);
+    out.resize(out.len() + value_pad, 0);
+    debug_assert_eq!(out.len() - start, len);
     let crc = crc32c::crc32c(&out[start + 8..start + len]);
     out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
 }
@@ -273,18 +298,15 @@ pub struct RecordRef<'a> {
 /// the key and value too).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RecordHead {
-    /// The whole record: header, key and value.
+    /// The whole record: header, key, value and their padding.
     pub len: usize,
     pub crc: u32,
     pub seq: u64,
     pub kind: RecordKind,
     pub key_len: usize,
-}
-
-impl RecordHead {
-    pub fn value_len(&self) -> usize {
-        self.len - RECORD_HEADER_BYTES - self.key_len
-    }
+    /// Where the value starts in the record (after the key and its padding).
+    pub value_at: usize,
+    pub value_len: usize,
 }
 
 fn check_length(buf: &[u8]) -> Result<usize, DecodeError> {
@@ -302,22 +324,36 @@ fn check_length(buf: &[u8]) -> Result<usize, DecodeError> {
     Ok(len)
 }
 
-/// The header fields after the CRC, checked against a record of `len` bytes.
-fn check_fields(buf: &[u8], len: usize) -> Result<RecordHead, DecodeError> {
+/// The header fields after the CRC, checked against a record of `len` bytes
+/// of a chunk of `version`.
+fn check_fields(buf: &[u8], len: usize, version: u16) -> Result<RecordHead, DecodeError> {
     let seq = le_u64(buf, 8);
     if seq == 0 {
         return Err(DecodeError::ZeroSeq);
     }
     let kind = RecordKind::from_u8(buf[16]).ok_or(DecodeError::BadRecordKind(buf[16]))?;
-    if buf[17..20] != [0, 0, 0] {
+    let aligned = version != FORMAT_VERSION_UNALIGNED;
+    // Version 2 keeps the value's trailing padding in byte 17.
+    let value_pad = if aligned { buf[17] as usize } else { 0 };
+    if buf[18..20] != [0, 0] || value_pad >= RECORD_ALIGN_BYTES || (!aligned && buf[17] != 0) {
         return Err(DecodeError::BadReserved);
+    }
+    if aligned && len % RECORD_ALIGN_BYTES != 0 {
+        return Err(DecodeError::BadLength(len as u32));
     }
     let key_len32 = le_u32(buf, 20);
     let key_len = key_len32 as usize;
-    if key_len > KEY_BYTES_MAX || key_len > len - RECORD_HEADER_BYTES {
+    let key_end = RECORD_HEADER_BYTES + key_len;
+    let value_at = if aligned {
+        key_end + pad_to_align(key_end)
+    } else {
+        key_end
+    };
+    if key_len > KEY_BYTES_MAX || value_at + value_pad > len {
         return Err(DecodeError::BadKeyLength(key_len32));
     }
-    if kind != RecordKind::Value && len > RECORD_HEADER_BYTES + key_len {
+    let value_len = len - value_at - value_pad;
+    if kind != RecordKind::Value && value_len > 0 {
         return Err(DecodeError::ValueInTombstone);
     }
     Ok(RecordHead {
@@ -326,20 +362,29 @@ fn check_fields(buf: &[u8], len: usize) -> Result<RecordHead, DecodeError> {
         seq,
         kind,
         key_len,
+        value_at,
+        value_len,
     })
 }
 
-/// Checks the header at the start of `buf` (at least `RECORD_HEADER_BYTES`),
-/// without the CRC: for a reader that takes the value straight from the file
-/// into its own allocation and checks the CRC over the pieces
-/// (`crc32c::crc32c_append`) once it has them all.
-pub fn decode_record_head(buf: &[u8]) -> Result<RecordHead, DecodeError> {
+/// Checks the header at the start of `buf` (at least `RECORD_HEADER_BYTES`)
+/// of a chunk of `version`, without the CRC: for a reader that looks at
+/// the value where it lies and checks the CRC over the pieces
+/// (`crc32c::crc32c_append`).
+pub fn decode_record_head(buf: &[u8], version: u16) -> Result<RecordHead, DecodeError> {
     let len = check_length(buf)?;
-    check_fields(buf, len)
+    check_fields(buf, len, version)
 }
 
-/// Decodes the record at the start of `buf`; returns it and its encoded length.
+/// Decodes the record at the start of `buf` in the current version's layout;
+/// returns it and its encoded length.
 pub fn decode_record(buf: &[u8]) -> Result<(RecordRef<'_>, usize), DecodeError> {
+    decode_record_in(buf, FORMAT_VERSION)
+}
+
+/// Decodes the record at the start of `buf` of a chunk of `version`;
+/// returns it and its encoded length.
+pub fn decode_record_in(buf: &[u8], version: u16) -> Result<(RecordRef<'_>, usize), DecodeError> {
     let len = check_length(buf)?;
     if buf.len() < len {
         return Err(DecodeError::Truncated {
@@ -352,9 +397,19 @@ pub fn decode_record(buf: &[u8]) -> Result<(RecordRef<'_>, usize), DecodeError> 
     if stored != computed {
         return Err(DecodeError::BadCrc { stored, computed });
     }
-    let head = check_fields(buf, len)?;
+    let head = check_fields(buf, len, version)?;
+    // Padding is zero, so that a record decodes from exactly one encoding.
+    let key_end = RECORD_HEADER_BYTES + head.key_len;
+    let value_end = head.value_at + head.value_len;
+    if buf[key_end..head.value_at]
+        .iter()
+        .chain(&buf[value_end..len])
+        .any(|b| *b != 0)
+    {
+        return Err(DecodeError::BadReserved);
+    }
     let key = &buf[RECORD_HEADER_BYTES..RECORD_HEADER_BYTES + head.key_len];
-    let value = &buf[RECORD_HEADER_BYTES + head.key_len..len];
+    let value = &buf[head.value_at..head.value_at + head.value_len];
     Ok((
         RecordRef {
             seq: head.seq,
@@ -373,16 +428,19 @@ pub struct RecordIter<'a> {
     buf: &'a [u8],
     pos: usize,
     chunk_kind: ChunkKind,
+    version: u16,
     failed: bool,
 }
 
 impl<'a> RecordIter<'a> {
-    /// `file` is the whole chunk file including its header.
-    pub fn new(file: &'a [u8], chunk_kind: ChunkKind) -> RecordIter<'a> {
+    /// `file` is the whole chunk file including its header, `header` its
+    /// decoded header.
+    pub fn new(file: &'a [u8], header: &ChunkHeader) -> RecordIter<'a> {
         RecordIter {
             buf: file,
             pos: CHUNK_HEADER_BYTES.min(file.len()),
-            chunk_kind,
+            chunk_kind: header.kind,
+            version: header.version,
             failed: false,
         }
     }
@@ -401,7 +459,7 @@ impl<'a> Iterator for RecordIter<'a> {
             return None;
         }
         let at = self.pos;
-        match decode_record(&self.buf[at..]) {
+        match decode_record_in(&self.buf[at..], self.version) {
             Ok((rec, len)) => {
                 if !self.chunk_kind.holds(rec.kind) {
                     self.failed = true;
@@ -430,7 +488,7 @@ pub fn decode_chunk(
 ) -> Result<(ChunkHeader, Vec<RecordRef<'_>>), (usize, DecodeError)> {
     let header = decode_header(file).map_err(|e| (0, e))?;
     let mut out = Vec::new();
-    for r in RecordIter::new(file, header.kind) {
+    for r in RecordIter::new(file, &header) {
         let (_, rec) = r?;
         out.push(rec);
     }
@@ -507,6 +565,66 @@ mod tests {
         assert_eq!(n + n2, buf.len());
     }
 
+    /// A version 1 record: no padding, bytes 17..20 zero.
+    pub(crate) fn encode_v1(
+        out: &mut Vec<u8>,
+        seq: u64,
+        kind: RecordKind,
+        key: &[u8],
+        value: &[u8],
+    ) {
+        let len = RECORD_HEADER_BYTES + key.len() + value.len();
+        let start = out.len();
+        out.extend_from_slice(&(len as u32).to_le_bytes());
+        out.extend_from_slice(&[0u8; 4]);
+        out.extend_from_slice(&seq.to_le_bytes());
+        out.push(kind as u8);
+        out.extend_from_slice(&[0u8; 3]);
+        out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        out.extend_from_slice(key);
+        out.extend_from_slice(value);
+        let crc = crc32c::crc32c(&out[start + 8..start + len]);
+        out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    #[test]
+    fn values_are_aligned_and_version_1_records_still_read() {
+        let mut buf = encode_header(ChunkKind::Value, 0, 1).to_vec();
+        for (i, (k, v)) in [
+            (&b"a"[..], &b"xyz"[..]),
+            (b"0123456789", b""),
+            (b"key", &[7u8; 17]),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let at = buf.len();
+            encode_record(&mut buf, i as u64 + 1, RecordKind::Value, k, v);
+            assert_eq!(at % RECORD_ALIGN_BYTES, 0, "record start");
+            let (r, n) = decode_record(&buf[at..]).unwrap();
+            assert_eq!((r.key, r.value, n), (*k, *v, buf.len() - at));
+            let value_at = r.value.as_ptr() as usize - buf.as_ptr() as usize;
+            assert_eq!(value_at % RECORD_ALIGN_BYTES, 0, "value start");
+        }
+        let (h, recs) = decode_chunk(&buf).unwrap();
+        assert_eq!((h.version, recs.len()), (FORMAT_VERSION, 3));
+        // The same records as a version 1 chunk.
+        let mut old = encode_header(ChunkKind::Value, 0, 1).to_vec();
+        old[8..10].copy_from_slice(&FORMAT_VERSION_UNALIGNED.to_le_bytes());
+        let crc = crc32c::crc32c(&old[0..24]);
+        old[24..28].copy_from_slice(&crc.to_le_bytes());
+        encode_v1(&mut old, 1, RecordKind::Value, b"a", b"xyz");
+        encode_v1(&mut old, 2, RecordKind::Value, b"key", &[7u8; 17]);
+        let (h, recs) = decode_chunk(&old).unwrap();
+        assert_eq!(h.version, FORMAT_VERSION_UNALIGNED);
+        assert_eq!(
+            recs.iter().map(|r| (r.key, r.value)).collect::<Vec<_>>(),
+            vec![(&b"a"[..], &b"xyz"[..]), (&b"key"[..], &[7u8; 17][..])]
+        );
+        // A version 1 record read as version 2 is refused, not misread.
+        assert!(decode_record(&old[CHUNK_HEADER_BYTES..]).is_err());
+    }
+
     #[test]
     fn header_round_trip_and_names() {
         let h = encode_header(ChunkKind::Tombstone, HEADER_FLAG_GC_OUTPUT, 42);
@@ -515,7 +633,8 @@ mod tests {
             ChunkHeader {
                 kind: ChunkKind::Tombstone,
                 flags: 1,
-                chunk_seq: 42
+                chunk_seq: 42,
+                version: FORMAT_VERSION,
             }
         );
         for st in [FileState::Active, FileState::Sealed, FileState::GcTemp] {

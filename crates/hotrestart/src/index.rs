@@ -33,12 +33,43 @@ pub trait ValueSource: Send + Sync {
     fn encode_into(&self, out: &mut Vec<u8>);
 }
 
+/// A value read in place: its bytes in a chunk file that reload mapped into
+/// memory, which stays mapped while any such value lives. The pages are the
+/// page cache's; the kernel may drop them under memory pressure and read
+/// them back from the file when they are next touched.
+#[derive(Clone)]
+pub struct MappedBytes {
+    map: Arc<memmap2::Mmap>,
+    offset: usize,
+    len: usize,
+}
+
+impl MappedBytes {
+    pub(crate) fn new(map: Arc<memmap2::Mmap>, offset: usize, len: usize) -> MappedBytes {
+        debug_assert!(offset + len <= map.len());
+        MappedBytes { map, offset, len }
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        &self.map[self.offset..self.offset + self.len]
+    }
+}
+
+impl AsRef<[u8]> for MappedBytes {
+    fn as_ref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
 /// The value of a live key, as the index holds it. Shared with readers and with
 /// GC snapshots, so neither copies it.
 #[derive(Clone)]
 pub enum Value {
     /// The encoded bytes themselves (what `put` stores, and what reload reads).
     Bytes(Arc<[u8]>),
+    /// The bytes where they lie in a mapped chunk file (reload, for values of
+    /// at least `RELOAD_MAP_VALUE_BYTES_MIN`).
+    Mapped(MappedBytes),
     /// The owner's in-memory form, encoded when needed (`put_source`, `rebind`).
     Source(Arc<dyn ValueSource>),
 }
@@ -48,6 +79,7 @@ impl Value {
     pub fn bytes(&self) -> std::borrow::Cow<'_, [u8]> {
         match self {
             Value::Bytes(b) => std::borrow::Cow::Borrowed(b),
+            Value::Mapped(m) => std::borrow::Cow::Borrowed(m.as_slice()),
             Value::Source(s) => {
                 let mut out = Vec::new();
                 s.encode_into(&mut out);
@@ -56,11 +88,11 @@ impl Value {
         }
     }
 
-    /// The value's bytes as a shared buffer (a copy only for a `Source`).
+    /// The value's bytes as a shared buffer (a copy but for `Bytes`).
     pub fn to_shared(&self) -> Arc<[u8]> {
         match self {
             Value::Bytes(b) => b.clone(),
-            Value::Source(_) => Arc::from(self.bytes().as_ref()),
+            _ => Arc::from(self.bytes().as_ref()),
         }
     }
 }
@@ -81,6 +113,7 @@ impl std::fmt::Debug for Value {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Value::Bytes(b) => write!(f, "Bytes({} bytes)", b.len()),
+            Value::Mapped(m) => write!(f, "Mapped({} bytes)", m.len),
             Value::Source(_) => f.write_str("Source"),
         }
     }

@@ -26,10 +26,10 @@ pub use chunk::WRITE_BUFFER_BYTES;
 pub use error::{Error, Result};
 pub use format::{ChunkKind, RecordKind};
 pub use gc::EMPTY_CHUNKS_PER_CYCLE_MAX;
-pub use index::{ChunkState, Key, Value, ValueSource};
+pub use index::{ChunkState, Key, MappedBytes, Value, ValueSource};
 pub use reload::{
     ReloadReport, TornTail, PARTITION_QUEUE_BATCHES, RELOAD_BATCH_BYTES, RELOAD_BATCH_RECORDS,
-    RELOAD_DIRECT_VALUE_BYTES_MIN, RELOAD_READ_BYTES,
+    RELOAD_MAP_VALUE_BYTES_MIN,
 };
 pub use store::{
     ChunkStats, Config, GcConfig, GcCrashPoint, IoStats, Stats, Store,

@@ -17,7 +17,6 @@ use std::collections::{BTreeMap, HashSet};
 // there, and chunk seqs come from our own files, not from the network.
 use hashbrown::HashMap;
 use std::fs::{File, OpenOptions};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -28,11 +27,10 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::chunk;
 use crate::error::{Error, Result};
-use crate::format::{
-    self, ChunkKind, FileState, RecordKind, CHUNK_HEADER_BYTES, RECORD_HEADER_BYTES,
-};
+use crate::format::{self, ChunkKind, FileState, RecordKind, CHUNK_HEADER_BYTES};
 use crate::index::{
-    partition_of, ChunkInfo, ChunkState, Entry, Index, Key, KeyMap, PrefixTomb, Slot, Value,
+    partition_of, ChunkInfo, ChunkState, Entry, Index, Key, KeyMap, MappedBytes, PrefixTomb, Slot,
+    Value,
 };
 use crate::store::Config;
 
@@ -47,18 +45,12 @@ pub const RELOAD_BATCH_BYTES: usize = 4 * 1024 * 1024;
 /// this bounds reload memory in flight: about `PARTITION_QUEUE_BATCHES ×
 /// RELOAD_BATCH_BYTES` per partition (plus one record per batch).
 pub const PARTITION_QUEUE_BATCHES: usize = 16;
-/// Bytes a reader asks for per read() of small records, and the size of
-/// the buffer each reader reuses (it grows only for a record larger than
-/// this whose value is not read directly). Small enough that a large value
-/// mostly goes straight into its own allocation (below), large enough that
-/// small records cost few system calls; the kernel's read-ahead keeps the
-/// disk streaming either way.
-pub const RELOAD_READ_BYTES: usize = 512 * 1024;
-/// A value at least this large is read from the file straight into the
-/// allocation the store keeps (the part already buffered is copied): its
-/// bytes are copied once, by the kernel, instead of into the buffer and
-/// then out of it. The rdb's chunk images are megabytes each.
-pub const RELOAD_DIRECT_VALUE_BYTES_MIN: usize = 256 * 1024;
+/// A value at least this large is not copied at reload: the index keeps it
+/// where it lies, in the chunk file mapped into memory (`Value::Mapped`),
+/// and an owner can use the bytes in place (the rdb's chunk images become
+/// Arrow buffers over them). Smaller values are copied out, so that a file
+/// of small records is not kept mapped for them.
+pub const RELOAD_MAP_VALUE_BYTES_MIN: usize = 64 * 1024;
 /// Emptied batches a partition hands back for readers to refill: recycling
 /// them spares a reader growing a fresh `Vec` per batch and a partition
 /// freeing memory another thread's malloc arena owns (a contended lock).
@@ -220,147 +212,37 @@ fn list_dir(dir: &Path, report: &mut ReloadReport) -> Result<(Vec<Job>, u64)> {
     Ok((jobs, max_chunk_seq))
 }
 
-/// Streams one chunk file through a buffer that its reader thread reuses for
-/// every file: reads of `RELOAD_READ_BYTES` keep the disk streaming without a
-/// fresh allocation (and page faults) per chunk, and a record cut by a block
-/// boundary is moved to the front before the next read.
-struct ChunkStream<'b> {
-    file: File,
-    buf: &'b mut Vec<u8>,
-    /// `buf[start..end]` holds file bytes `pos..pos + (end - start)`.
-    start: usize,
-    end: usize,
-    /// File offset of `buf[start]`.
-    pos: u64,
-    /// Bytes of the file not read yet.
-    unread: u64,
-    path: &'b Path,
-}
-
-impl ChunkStream<'_> {
-    fn available(&self) -> &[u8] {
-        &self.buf[self.start..self.end]
+/// A chunk file mapped read-only, in whole. Its pages are the page cache's:
+/// reading them copies nothing, and a large value can stay where it is.
+fn map_file(job: &Job, file: &File) -> Result<Option<Arc<memmap2::Mmap>>> {
+    if job.size == 0 {
+        return Ok(None);
     }
-
-    /// Reads until `want` bytes are available or the file ends. Never grows
-    /// the buffer past what the file still holds, so a corrupt record length
-    /// cannot make it allocate more than the file's size.
-    fn fill(&mut self, want: usize, pb: &ProgressBar) -> Result<()> {
-        let want = (want as u64).min((self.end - self.start) as u64 + self.unread) as usize;
-        if self.end - self.start >= want {
-            return Ok(());
-        }
-        if self.buf.len() - self.start < want.max(RELOAD_READ_BYTES) {
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
-            if self.buf.len() < want.max(RELOAD_READ_BYTES) {
-                self.buf.resize(want.max(RELOAD_READ_BYTES), 0);
-            }
-        }
-        while self.end - self.start < want {
-            let n = self
-                .file
-                .read(&mut self.buf[self.end..])
-                .map_err(|e| Error::io("read", self.path, e))?;
-            if n == 0 {
-                // The file is shorter than it was when listed: treat what we
-                // have as all there is.
-                self.unread = 0;
-                break;
-            }
-            self.end += n;
-            self.unread = self.unread.saturating_sub(n as u64);
-            pb.inc(n as u64);
-        }
-        Ok(())
+    // SAFETY: the store holds the directory's LOCK, and no chunk file is
+    // ever changed in place: sealed files are immutable, an active file is
+    // only appended to (beyond this mapping's length), and the only
+    // truncation, of a torn tail below, cuts bytes no record handed out
+    // lies in. So no mapped byte changes or disappears while mapped.
+    let map = unsafe {
+        memmap2::MmapOptions::new()
+            .len(job.size as usize)
+            .populate()
+            .map(file)
     }
-
-    fn consume(&mut self, n: usize) {
-        self.start += n;
-        self.pos += n as u64;
-    }
-}
-
-/// Reads the value record `head` (whose header is at the start of the
-/// stream's buffer) with its value going straight from the file into a new
-/// allocation, and checks its CRC over the pieces. On a decode error (the
-/// file ends first, or the CRC does not match) the stream is left somewhere
-/// inside the record: the caller stops at the record's start.
-fn read_direct(
-    st: &mut ChunkStream<'_>,
-    head: format::RecordHead,
-    pb: &ProgressBar,
-) -> Result<std::result::Result<(Key, Value), format::DecodeError>> {
-    let key_end = RECORD_HEADER_BYTES + head.key_len;
-    st.fill(key_end, pb)?;
-    let avail = st.available();
-    if avail.len() < key_end {
-        return Ok(Err(format::DecodeError::Truncated {
-            needed: head.len,
-            available: avail.len(),
-        }));
-    }
-    let crc = crc32c::crc32c(&avail[8..key_end]);
-    let key = Key::from(&avail[RECORD_HEADER_BYTES..key_end]);
-    let value_len = head.value_len();
-    // SAFETY: a zeroed byte slice is an initialized byte slice.
-    let mut value: Arc<[u8]> = unsafe { Arc::<[u8]>::new_zeroed_slice(value_len).assume_init() };
-    let dst = Arc::get_mut(&mut value)
-        .ok_or_else(|| Error::InvalidInput("a new value allocation is shared".into()))?;
-    let have = (avail.len() - key_end).min(value_len);
-    dst[..have].copy_from_slice(&avail[key_end..key_end + have]);
-    st.consume(key_end + have);
-    let mut got = have;
-    if got < value_len {
-        // Everything buffered belonged to this record, so the file's cursor
-        // is where the rest of the value starts.
-        debug_assert_eq!(st.start, st.end);
-        while got < value_len {
-            let n = st
-                .file
-                .read(&mut dst[got..])
-                .map_err(|e| Error::io("read", st.path, e))?;
-            if n == 0 {
-                return Ok(Err(format::DecodeError::Truncated {
-                    needed: head.len,
-                    available: key_end + got,
-                }));
-            }
-            got += n;
-            st.pos += n as u64;
-            st.unread = st.unread.saturating_sub(n as u64);
-            pb.inc(n as u64);
-        }
-    }
-    let computed = crc32c::crc32c_append(crc, dst);
-    if computed != head.crc {
-        return Ok(Err(format::DecodeError::BadCrc {
-            stored: head.crc,
-            computed,
-        }));
-    }
-    Ok(Ok((key, Value::Bytes(value))))
+    .map_err(|e| Error::io("map", &job.path, e))?;
+    Ok(Some(Arc::new(map)))
 }
 
 /// Decodes one chunk file, handing records to `emit` and prefix tombstones to `pts`.
 fn parse_file(
     job: &Job,
-    buf: &mut Vec<u8>,
     pb: &ProgressBar,
     mut emit: impl FnMut(Rec),
     pts: &mut Vec<PtRec>,
 ) -> Result<FileResult> {
     let file = File::open(&job.path).map_err(|e| Error::io("open", &job.path, e))?;
-    let mut st = ChunkStream {
-        file,
-        buf,
-        start: 0,
-        end: 0,
-        pos: 0,
-        unread: job.size,
-        path: &job.path,
-    };
+    let map = map_file(job, &file)?;
+    let data: &[u8] = map.as_deref().map(|m| &m[..]).unwrap_or(&[]);
     let mut res = FileResult {
         seq: job.seq,
         kind: job.kind,
@@ -372,8 +254,7 @@ fn parse_file(
         max_rec_seq: 0,
         torn: None,
     };
-    st.fill(CHUNK_HEADER_BYTES, pb)?;
-    let header = match format::decode_header(st.available()) {
+    let header = match format::decode_header(data) {
         Ok(h) => h,
         Err(e) if job.active => {
             // A crash right after creating the chunk: nothing in it was durable.
@@ -397,60 +278,10 @@ fn parse_file(
             ),
         ));
     }
-    st.consume(CHUNK_HEADER_BYTES);
-    loop {
-        st.fill(RECORD_HEADER_BYTES, pb)?;
-        let avail = st.available();
-        if avail.is_empty() {
-            break;
-        }
-        let at = st.pos;
-        // A large value not buffered whole goes from the file straight into
-        // its allocation; a bad header falls through to the decoder below,
-        // which reports it.
-        if let Ok(head) = format::decode_record_head(avail) {
-            if head.kind == RecordKind::Value
-                && header.kind.holds(head.kind)
-                && head.value_len() >= RELOAD_DIRECT_VALUE_BYTES_MIN
-                && avail.len() < head.len
-            {
-                match read_direct(&mut st, head, pb)? {
-                    Ok((key, value)) => {
-                        let size = head.len as u32;
-                        res.records += 1;
-                        res.record_bytes += size as u64;
-                        res.max_rec_seq = res.max_rec_seq.max(head.seq);
-                        emit(Rec {
-                            key,
-                            value: Some(value),
-                            seq: head.seq,
-                            chunk: job.seq,
-                            size,
-                        });
-                        continue;
-                    }
-                    Err(e) if job.active => {
-                        res.torn = Some(TornTail {
-                            file: job.path.clone(),
-                            offset: at,
-                            bytes_dropped: job.size.saturating_sub(at),
-                            reason: e.to_string(),
-                        });
-                        break;
-                    }
-                    Err(e) => return Err(corrupt(&job.path, at, e)),
-                }
-            }
-        }
-        if avail.len() >= 4 {
-            // Read the whole record before decoding it; an impossible length
-            // is reported by the decoder.
-            let len = u32::from_le_bytes([avail[0], avail[1], avail[2], avail[3]]) as usize;
-            if (RECORD_HEADER_BYTES..=format::RECORD_BYTES_MAX).contains(&len) {
-                st.fill(len, pb)?;
-            }
-        }
-        let decoded = format::decode_record(st.available()).and_then(|(r, len)| {
+    let mut at = CHUNK_HEADER_BYTES;
+    pb.inc(at as u64);
+    while at < data.len() {
+        let decoded = format::decode_record_in(&data[at..], header.version).and_then(|(r, len)| {
             if header.kind.holds(r.kind) {
                 Ok((r, len))
             } else {
@@ -466,15 +297,15 @@ fn parse_file(
                 // Everything from the first bad record on was never synced.
                 res.torn = Some(TornTail {
                     file: job.path.clone(),
-                    offset: at,
-                    bytes_dropped: job.size.saturating_sub(at),
+                    offset: at as u64,
+                    bytes_dropped: job.size.saturating_sub(at as u64),
                     reason: e.to_string(),
                 });
                 break;
             }
-            Err(e) => return Err(corrupt(&job.path, at, e)),
+            Err(e) => return Err(corrupt(&job.path, at as u64, e)),
         };
-        let size = format::encoded_len(r.key.len(), r.value.len()) as u32;
+        let size = len as u32;
         res.records += 1;
         res.record_bytes += size as u64;
         res.max_rec_seq = res.max_rec_seq.max(r.seq);
@@ -485,13 +316,22 @@ fn parse_file(
                 chunk: job.seq,
                 size,
             }),
-            RecordKind::Value => emit(Rec {
-                key: Key::from(r.key),
-                value: Some(Value::from(r.value)),
-                seq: r.seq,
-                chunk: job.seq,
-                size,
-            }),
+            RecordKind::Value => {
+                let value = match &map {
+                    Some(map) if r.value.len() >= RELOAD_MAP_VALUE_BYTES_MIN => {
+                        let offset = r.value.as_ptr() as usize - map.as_ptr() as usize;
+                        Value::Mapped(MappedBytes::new(map.clone(), offset, r.value.len()))
+                    }
+                    _ => Value::from(r.value),
+                };
+                emit(Rec {
+                    key: Key::from(r.key),
+                    value: Some(value),
+                    seq: r.seq,
+                    chunk: job.seq,
+                    size,
+                })
+            }
             RecordKind::Tombstone => emit(Rec {
                 key: Key::from(r.key),
                 value: None,
@@ -500,11 +340,12 @@ fn parse_file(
                 size,
             }),
         }
-        st.consume(len);
+        at += len;
+        pb.inc(len as u64);
     }
     res.valid_len = match &res.torn {
         Some(t) => t.offset,
-        None => st.pos,
+        None => at as u64,
     };
     Ok(res)
 }
@@ -534,13 +375,11 @@ fn reader(
     let mut files = Vec::new();
     let mut pts = Vec::new();
     let mut send_err = false;
-    let mut buf = Vec::new();
     loop {
         let i = ctx.next.fetch_add(1, Ordering::Relaxed);
         let Some(job) = ctx.jobs.get(i) else { break };
         let res = parse_file(
             job,
-            &mut buf,
             ctx.pb,
             |r| {
                 let p = partition_of(&r.key, n);

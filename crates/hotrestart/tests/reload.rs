@@ -1,9 +1,10 @@
 //! Reload tests: torn active tails are cut and reported, corruption in a sealed
 //! chunk is an error naming file and offset, unfinished GC output is ignored,
 //! parallelism does not change the result, metadata survives, the lock holds.
-//! Values large enough to be read straight into their allocation
-//! (`RELOAD_DIRECT_VALUE_BYTES_MIN`) reload the same, and are cut or refused
-//! like any record when torn or damaged.
+//! Values large enough to be kept where they lie in the mapped chunk file
+//! (`RELOAD_MAP_VALUE_BYTES_MIN`) reload the same, and are cut or refused
+//! like any record when torn or damaged. Chunk files of format version 1
+//! (values not aligned) still reload.
 
 mod common;
 
@@ -12,7 +13,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tickdb_hotrestart::{Config, Error, Store, RELOAD_DIRECT_VALUE_BYTES_MIN, RELOAD_READ_BYTES};
+use tickdb_hotrestart::{Config, Error, Store, RELOAD_MAP_VALUE_BYTES_MIN};
 
 fn active_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut v: Vec<_> = std::fs::read_dir(dir)
@@ -57,9 +58,11 @@ fn torn_active_tail_is_truncated_and_reported() {
     assert_eq!(report.torn_tails.len(), 1, "{report:?}");
     let t = &report.torn_tails[0];
     assert_eq!(t.file, path);
-    // The last record ("t/19", 50 bytes of value) is 24 + 4 + 50 = 78 bytes.
-    assert_eq!(t.offset, len - 78);
-    assert_eq!(t.bytes_dropped, cut - (len - 78));
+    // The last record ("t/19", 50 bytes of value) is 24 + 4 + 4 (the key's
+    // padding) + 50 + 6 (the value's) = 88 bytes.
+    assert_eq!(tickdb_hotrestart::format::encoded_len(4, 50), 88);
+    assert_eq!(t.offset, len - 88);
+    assert_eq!(t.bytes_dropped, cut - (len - 88));
     assert_eq!(store.get(b"t/18"), Some(vec![2u8; 50]));
     assert_eq!(store.get(b"t/19"), None);
     assert_eq!(store.stats().live_records, 19);
@@ -294,18 +297,17 @@ fn recycled_batches_and_misleading_size_estimates_reload_the_same_contents() {
     }
 }
 
-/// Values of every size around the direct-read bound and the read buffer,
-/// some bigger than the buffer: their bytes come back exactly.
+/// Values of every size around the mapping bound, some of several MiB:
+/// their bytes come back exactly.
 fn large_values() -> Vec<(Vec<u8>, Vec<u8>)> {
     let sizes = [
         100,
-        RELOAD_DIRECT_VALUE_BYTES_MIN - 1,
-        RELOAD_DIRECT_VALUE_BYTES_MIN,
-        RELOAD_READ_BYTES - 7,
-        RELOAD_READ_BYTES + 13,
-        3 * RELOAD_READ_BYTES + 5,
+        RELOAD_MAP_VALUE_BYTES_MIN - 1,
+        RELOAD_MAP_VALUE_BYTES_MIN,
+        RELOAD_MAP_VALUE_BYTES_MIN + 3,
+        3 * 1024 * 1024 + 5,
         700,
-        2 * RELOAD_DIRECT_VALUE_BYTES_MIN + 1,
+        2 * RELOAD_MAP_VALUE_BYTES_MIN + 1,
     ];
     sizes
         .iter()
@@ -318,7 +320,7 @@ fn large_values() -> Vec<(Vec<u8>, Vec<u8>)> {
 }
 
 #[test]
-fn large_values_read_directly_reload_whole_or_cut_at_their_start() {
+fn large_values_kept_in_place_reload_whole_or_cut_at_their_start() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = Config {
         chunk_size_bytes: 64 * 1024 * 1024,
@@ -331,26 +333,40 @@ fn large_values_read_directly_reload_whole_or_cut_at_their_start() {
     }
     store.sync().unwrap();
     drop(store);
-    // Intact: every value back, byte for byte.
+    // Intact: every value back, byte for byte, the large ones in place, each
+    // at an 8-byte-aligned address (format version 2 aligns values).
     let (store, report) = Store::open(dir.path(), cfg.clone()).unwrap();
     assert!(report.torn_tails.is_empty(), "{report:?}");
     for (k, v) in &values {
         assert_eq!(store.get(k).as_ref(), Some(v));
     }
+    let shared = store
+        .iter_prefix(b"big/")
+        .filter(|(_, v)| matches!(v, tickdb_hotrestart::Value::Mapped(_)))
+        .inspect(|(_, v)| assert_eq!(v.bytes().as_ptr() as usize % 8, 0))
+        .count();
+    assert_eq!(
+        shared,
+        values
+            .iter()
+            .filter(|v| v.1.len() >= RELOAD_MAP_VALUE_BYTES_MIN)
+            .count()
+    );
     // Another large value, then a crash that tears it in the middle: the
-    // tail is cut at that record's start and everything before it stays.
-    let last = vec![9u8; 2 * RELOAD_READ_BYTES];
+    // tail is cut at that record's start and everything before it stays,
+    // the mapped values too.
+    let last = vec![9u8; 2 * 1024 * 1024];
     store.put(b"big/last", &last).unwrap();
     drop(store);
     let files = active_files(dir.path());
     let path = files.last().unwrap().clone();
     let len = std::fs::metadata(&path).unwrap().len();
-    let record = (24 + b"big/last".len() + last.len()) as u64;
+    let record = tickdb_hotrestart::format::encoded_len(b"big/last".len(), last.len()) as u64;
     OpenOptions::new()
         .write(true)
         .open(&path)
         .unwrap()
-        .set_len(len - RELOAD_READ_BYTES as u64)
+        .set_len(len - 1024 * 1024)
         .unwrap();
     let (store, report) = Store::open(dir.path(), cfg.clone()).unwrap();
     assert_eq!(report.torn_tails.len(), 1, "{report:?}");
@@ -399,4 +415,70 @@ fn large_values_read_directly_reload_whole_or_cut_at_their_start() {
         Err(e) => panic!("unexpected error {e}"),
         Ok(_) => panic!("a damaged large value was accepted"),
     }
+}
+
+/// A chunk file as tickdb wrote it before format version 2, byte by byte
+/// (docs/hot-restart.md): the header with version 1, then records with no
+/// padding (bytes 17..20 of a record zero, the value right after the key).
+fn version_1_chunk(seq: u64, records: &[(u64, &[u8], &[u8])]) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(b"TDBHRCK\0");
+    f.extend_from_slice(&1u16.to_le_bytes());
+    f.push(1); // value chunk
+    f.push(0);
+    f.extend_from_slice(&0u32.to_le_bytes());
+    f.extend_from_slice(&seq.to_le_bytes());
+    let crc = crc32c::crc32c(&f[0..24]);
+    f.extend_from_slice(&crc.to_le_bytes());
+    f.extend_from_slice(&0u32.to_le_bytes());
+    for (rseq, key, value) in records {
+        let start = f.len();
+        let len = 24 + key.len() + value.len();
+        f.extend_from_slice(&(len as u32).to_le_bytes());
+        f.extend_from_slice(&[0u8; 4]);
+        f.extend_from_slice(&rseq.to_le_bytes());
+        f.push(1); // value record
+        f.extend_from_slice(&[0u8; 3]);
+        f.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        f.extend_from_slice(key);
+        f.extend_from_slice(value);
+        let crc = crc32c::crc32c(&f[start + 8..start + len]);
+        f[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+    }
+    f
+}
+
+#[test]
+fn version_1_chunks_reload_and_new_records_go_to_version_2_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = vec![5u8; RELOAD_MAP_VALUE_BYTES_MIN + 1];
+    let file = version_1_chunk(
+        3,
+        &[(1, b"k/a", b"one"), (2, b"k/bb", &big), (3, b"k/a", b"two")],
+    );
+    std::fs::write(dir.path().join("chunk-0000000000000003.val"), &file).unwrap();
+    let cfg = common::small_config();
+    let (store, report) = Store::open(dir.path(), cfg.clone()).unwrap();
+    assert_eq!(report.records_loaded, 3);
+    assert_eq!(store.get(b"k/a"), Some(b"two".to_vec()));
+    assert_eq!(store.get(b"k/bb"), Some(big.clone()));
+    store.put(b"k/c", b"three").unwrap();
+    store.close().unwrap();
+    let (store, _) = Store::open(dir.path(), cfg).unwrap();
+    assert_eq!(store.get(b"k/c"), Some(b"three".to_vec()));
+    assert_eq!(store.get(b"k/bb"), Some(big));
+    let newest = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.to_string_lossy().contains("chunk-") && !p.ends_with("chunk-0000000000000003.val")
+        })
+        .map(|p| std::fs::read(p).unwrap())
+        .find(|b| b.len() > 32)
+        .unwrap();
+    assert_eq!(
+        u16::from_le_bytes([newest[8], newest[9]]),
+        2,
+        "new chunks are version 2"
+    );
 }

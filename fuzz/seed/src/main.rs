@@ -399,7 +399,49 @@ fn replication_frames() {
     write(t, "handshake-stream", &with_sel(1, &stream));
 }
 
+/// Chunk images of the `all` table (every column type, nulls, strings)
+/// and of `trade`, each behind the selector byte that picks its table.
+fn chunk_images() {
+    use std::sync::Arc;
+    use tickdb_core::domain::Domains;
+    use tickdb_core::store::{image, Store};
+    let t = "chunk_images";
+    let schema = common::schema();
+    for (sel, table, rows) in [(0u8, "all", 9usize), (0x10, "all", 70), (1, "trade", 5)] {
+        let store = Store::new(Arc::new(schema.clone()), Domains::new(None).unwrap()).unwrap();
+        let def = schema.table(table).unwrap();
+        let mut b = BatchBuilder::new(def);
+        for r in 0..rows {
+            let names = ["A", "BB", "", "MSFT"];
+            for (c, col) in def.columns.iter().enumerate() {
+                if r % 4 == 3 && c > 0 {
+                    continue; // a null
+                }
+                let s = "x".repeat(r % 5);
+                let v = match col.ty {
+                    tickdb_core::ColumnType::Timestamp => Value::Timestamp(1_000 + r as i64),
+                    tickdb_core::ColumnType::Symbol => Value::Symbol(names[r % 4]),
+                    tickdb_core::ColumnType::F64 => Value::F64(r as f64 / 2.0),
+                    tickdb_core::ColumnType::I64 => Value::I64(r as i64 - 3),
+                    tickdb_core::ColumnType::I32 => Value::I32(r as i32),
+                    tickdb_core::ColumnType::Bool => Value::Bool(r % 2 == 0),
+                    tickdb_core::ColumnType::Str => Value::Str(&s),
+                    tickdb_core::ColumnType::Bytes => Value::Bytes(s.as_bytes()),
+                };
+                b.set(c, v);
+            }
+            b.end_row();
+        }
+        store.apply(&b.finish()).unwrap();
+        let chunk = store.raw_snapshot(table).unwrap().chunks.remove(0);
+        let mut out = Vec::new();
+        image::encode(def, &chunk, &mut out).unwrap();
+        write(t, &format!("{table}-{rows}-rows"), &with_sel(sel, &out));
+    }
+}
+
 fn main() {
+    chunk_images();
     ilp();
     sub_frames();
     update_payloads();
@@ -415,6 +457,7 @@ fn main() {
         "hotrestart_chunks",
         "ipc_frames",
         "replication_frames",
+        "chunk_images",
     ] {
         let d = corpus_dir(t);
         let (n, bytes) = std::fs::read_dir(&d).unwrap().fold((0, 0), |(n, b), e| {

@@ -288,13 +288,12 @@ pub struct RestoredChunk {
 
 /// Holds an image's bytes, counted as DRAM column memory of its table, for
 /// as long as an array points into them.
-struct ImageBytes {
-    /// Never read: the arrays read the bytes through their own pointers.
-    _bytes: Arc<[u8]>,
+struct ImageBytes<B> {
+    _bytes: Arc<B>,
     _counted: Tracked,
 }
 
-impl std::panic::RefUnwindSafe for ImageBytes {}
+impl<B> std::panic::RefUnwindSafe for ImageBytes<B> {}
 
 /// Rebuilds sealed chunks of one table from images (`Store::chunk_restorer`).
 /// Shareable between threads: each image is decoded on its own.
@@ -328,9 +327,16 @@ impl ChunkRestorer {
     /// Decodes `image`, taking its first `take` rows at most. Every length,
     /// offset and symbol id is checked against the image and the table's
     /// dictionary (restored first) before any array is built; the bytes'
-    /// integrity is the store's CRC's job.
-    pub fn decode(&self, image: &Arc<[u8]>, take: usize) -> Result<RestoredChunk> {
-        let b: &[u8] = image;
+    /// integrity is the store's CRC's job. A DRAM table's arrays point into
+    /// the image's bytes, which `image` owns and must never move or change
+    /// (a shared heap buffer, a mapped file); it is kept for as long as an
+    /// array lives.
+    pub fn decode<B>(&self, image: B, take: usize) -> Result<RestoredChunk>
+    where
+        B: AsRef<[u8]> + Send + Sync + 'static,
+    {
+        let image = Arc::new(image);
+        let b: &[u8] = (*image).as_ref();
         if b.len() < IMAGE_HEADER_BYTES {
             return Err(bad(0, format!("{} bytes, shorter than a header", b.len())));
         }
@@ -436,8 +442,8 @@ impl ChunkRestorer {
         // buffer is copied into a region of its column's domain, so that
         // the image itself can be freed: an fsmem table must not keep a
         // DRAM copy of its rows.
-        let shared = (image.as_ptr() as usize) % 8 == 0
-            && def.columns.iter().all(|c| c.domain == Domain::Dram);
+        let shared =
+            (b.as_ptr() as usize) % 8 == 0 && def.columns.iter().all(|c| c.domain == Domain::Dram);
         let owner: Arc<dyn Allocation> = Arc::new(ImageBytes {
             _bytes: image.clone(),
             _counted: Tracked::new(
@@ -446,13 +452,14 @@ impl ChunkRestorer {
                 if shared { b.len() as u64 } else { 0 },
             ),
         });
+        let base = b.as_ptr();
         let buffer = |col: usize, (from, len): (usize, usize)| -> Result<Buffer> {
             if shared {
                 // SAFETY: `from..from + len` lies inside the image (checked by
-                // `place`), which `owner` keeps alive and never changes.
+                // `place`), whose bytes `owner` keeps alive and unchanged.
                 return Ok(unsafe {
                     Buffer::from_custom_allocation(
-                        NonNull::new_unchecked(image.as_ptr().add(from) as *mut u8),
+                        NonNull::new_unchecked(base.add(from) as *mut u8),
                         len,
                         owner.clone(),
                     )
@@ -506,11 +513,22 @@ impl ChunkRestorer {
                     let keys =
                         UInt32Array::try_new(ScalarBuffer::new(buffer(i, values)?, 0, rows), nulls)
                             .map_err(column_err)?;
-                    // Checks every non-null id against the dictionary.
-                    Arc::new(
-                        DictionaryArray::<UInt32Type>::try_new(keys, self.dict.clone() as ArrayRef)
-                            .map_err(column_err)?,
-                    )
+                    let dict = self.dict.clone() as ArrayRef;
+                    // Every id, null rows' included, is within the dictionary
+                    // in an image a checkpoint wrote: one pass over the ids
+                    // proves it. Otherwise the non-null ids are checked one
+                    // by one, and a bad one is refused.
+                    let all_in = keys
+                        .values()
+                        .iter()
+                        .max()
+                        .is_none_or(|m| (*m as usize) < dict.len());
+                    Arc::new(if all_in {
+                        // SAFETY: every key is < the dictionary's length.
+                        unsafe { DictionaryArray::<UInt32Type>::new_unchecked(keys, dict) }
+                    } else {
+                        DictionaryArray::<UInt32Type>::try_new(keys, dict).map_err(column_err)?
+                    })
                 }
                 ColumnType::Str | ColumnType::Bytes => {
                     let offsets: ScalarBuffer<i32> =
@@ -701,7 +719,7 @@ column = [
             let mut restored = Vec::new();
             for c in &chunks {
                 let image = image_of(&store, c);
-                let r = restorer.decode(&image, usize::MAX).unwrap();
+                let r = restorer.decode(image.clone(), usize::MAX).unwrap();
                 assert_eq!(r.chunk.batch, c.batch, "fsmem {}", dir.is_some());
                 assert_eq!(
                     (r.chunk.min_time, r.chunk.max_time),
@@ -754,13 +772,13 @@ column = [
         let r = back
             .chunk_restorer("t")
             .unwrap()
-            .decode(&image, usize::MAX)
+            .decode(image.clone(), usize::MAX)
             .unwrap();
         assert_eq!(r.chunk.batch, sliced.batch);
         let r = back
             .chunk_restorer("t")
             .unwrap()
-            .decode(&image, 10)
+            .decode(image.clone(), 10)
             .unwrap();
         assert_eq!((r.rows, r.truncated), (10, true));
         assert_eq!(r.chunk.batch, sliced.batch.slice(0, 10));
@@ -780,7 +798,7 @@ column = [
         let r = back
             .chunk_restorer("t")
             .unwrap()
-            .decode(&Arc::from(image), usize::MAX)
+            .decode(Arc::<[u8]>::from(image), usize::MAX)
             .unwrap();
         assert!(r.widened);
         assert_eq!(r.chunk.batch.num_columns(), 8);
@@ -794,7 +812,7 @@ column = [
         let back = restoring(&store, SCHEMA, None);
         let restorer = back.chunk_restorer("t").unwrap();
         let refuse = |bytes: Vec<u8>| -> String {
-            match restorer.decode(&Arc::from(bytes), usize::MAX) {
+            match restorer.decode(Arc::<[u8]>::from(bytes), usize::MAX) {
                 Err(e) => e.to_string(),
                 Ok(_) => panic!("a damaged image decoded"),
             }

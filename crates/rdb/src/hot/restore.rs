@@ -510,10 +510,13 @@ fn restore_images(
                 let Some((_, _, v)) = images.get(i) else {
                     break;
                 };
+                // The image's bytes stay where the reload put them: a DRAM
+                // table's arrays point into them.
                 let r = match v {
-                    Value::Bytes(b) => restorer.decode(b, takes[i]),
+                    Value::Bytes(b) => restorer.decode(b.clone(), takes[i]),
+                    Value::Mapped(m) => restorer.decode(m.clone(), takes[i]),
                     // Only a reloaded record reaches a restore.
-                    Value::Source(_) => restorer.decode(&Arc::from(&*v.bytes()), takes[i]),
+                    Value::Source(_) => restorer.decode(v.to_shared(), takes[i]),
                 };
                 if let Ok(c) = &r {
                     progress(c.rows as u64);
