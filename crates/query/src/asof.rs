@@ -30,7 +30,7 @@
 
 use crate::asof_merge::{Cursor, Merge, MergeBatch, NO_KEY, NO_ROW};
 use datafusion::arrow::array::{
-    new_null_array, Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, StringArray,
+    new_null_array, Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch,
 };
 use datafusion::arrow::compute::{cast, interleave};
 use datafusion::arrow::datatypes::{DataType, Int64Type, SchemaRef, TimeUnit, UInt32Type};
@@ -1250,11 +1250,41 @@ struct KeyIndex {
 }
 
 /// Translation of the last dictionary seen: the values array (held, so
-/// its identity cannot be reused) and the id of each of its values.
+/// its identity cannot be reused), its values as strings, and the id of
+/// each value a row has used so far (`DICT_UNSEEN` until one does). A
+/// value is translated when a row first uses it: a table's dictionary
+/// holds every symbol it has seen, while a query (one symbol's as-of
+/// join) may use one of them.
 #[derive(Default)]
 struct DictCache {
     values: Option<ArrayRef>,
-    ids: Vec<Option<u32>>,
+    strings: Option<ArrayRef>,
+    ids: Vec<u32>,
+}
+
+/// `DictCache::ids`: not translated yet.
+const DICT_UNSEEN: u32 = u32::MAX;
+/// `DictCache::ids`: a null value, or one the id source does not know.
+const DICT_NO_ID: u32 = u32::MAX - 1;
+
+impl DictCache {
+    /// The id of dictionary value `x`, translating it on first use.
+    fn id(&mut self, x: usize, src: &mut impl IdSource) -> Option<u32> {
+        let slot = self.ids.get(x).copied()?;
+        let id = if slot == DICT_UNSEEN {
+            let vs = self.strings.as_ref()?.as_string::<i32>();
+            let id = if vs.is_null(x) {
+                None
+            } else {
+                src.string_id(vs.value(x))
+            };
+            self.ids[x] = id.unwrap_or(DICT_NO_ID);
+            id
+        } else {
+            (slot != DICT_NO_ID).then_some(slot)
+        };
+        id
+    }
 }
 
 fn is_string_key(types: &[DataType]) -> bool {
@@ -1339,17 +1369,8 @@ fn key_ids(
                     .as_ref()
                     .is_some_and(|v| Arc::ptr_eq(v, d.values()));
                 if !same {
-                    let values = cast(d.values(), &DataType::Utf8)?;
-                    let vs: &StringArray = values.as_string::<i32>();
-                    cache.ids = (0..vs.len())
-                        .map(|i| {
-                            if vs.is_null(i) {
-                                None
-                            } else {
-                                src.string_id(vs.value(i))
-                            }
-                        })
-                        .collect();
+                    cache.strings = Some(cast(d.values(), &DataType::Utf8)?);
+                    cache.ids = vec![DICT_UNSEEN; d.values().len()];
                     cache.values = Some(d.values().clone());
                 }
                 // The rdb's symbol column (u32 keys, no nulls): straight
@@ -1359,7 +1380,7 @@ fn key_ids(
                         .keys()
                         .values()
                         .iter()
-                        .map(|&x| cache.ids.get(x as usize).copied().flatten())
+                        .map(|&x| cache.id(x as usize, src))
                         .collect());
                 }
                 let ks = d.normalized_keys();
@@ -1368,7 +1389,7 @@ fn key_ids(
                         if k.is_null(i) {
                             None
                         } else {
-                            cache.ids.get(ks[i]).copied().flatten()
+                            cache.id(ks[i], src)
                         }
                     })
                     .collect());
