@@ -605,8 +605,10 @@ impl IpcArgs {
 #[derive(Args, Debug, Clone)]
 pub struct HotArgs {
     /// Persist the rdb's tables in a Hot Restart store in DIR (log-structured
-    /// chunk files, see docs/hot-restart.md). A restart reloads DIR at disk
-    /// speed and replays only the journal after the last checkpoint. DIR must
+    /// chunk files; append tables as chunk images in Arrow's layout, see
+    /// docs/hot-restart.md). A restart maps DIR's files, serves the restored
+    /// chunks from them without re-appending a row, and replays only the
+    /// journal after the last checkpoint. DIR must
     /// belong to this rdb alone; it remembers the schema, the subscription
     /// and the journal position, and a mismatch refuses to start.
     #[arg(long, value_name = "DIR")]
@@ -615,8 +617,8 @@ pub struct HotArgs {
     /// store). Also on `POST /checkpoint` and at shutdown.
     #[arg(long, default_value_t = tickdb_rdb::hot::CHECKPOINT_INTERVAL_S_DEFAULT, value_name = "SECONDS")]
     pub checkpoint_interval_s: u64,
-    /// Reader threads reloading the store at start (and tables restored in
-    /// parallel).
+    /// Reader threads reloading the store at start (each maps whole chunk
+    /// files), and threads checking the restored chunk images.
     #[arg(long, default_value_t = 2, value_name = "N")]
     pub hot_restart_parallelism: usize,
 }
