@@ -267,6 +267,15 @@ def q_connect(node, user: str, password: str):
     return kx.SyncQConnection("127.0.0.1", node.ipc_port, username=user, password=password, no_ctx=True)
 
 
+def wait_count(q, want: int, timeout: float = 10) -> None:
+    """Waits until the trade table holds `want` rows: .u.upd's answer means journaled, and the rdb
+    applies the row just after."""
+    deadline = time.monotonic() + timeout
+    while (n := q('.s.e"SELECT count(*) AS n FROM trade"').pd()["n"].tolist()) != [want]:
+        assert time.monotonic() < deadline, f"trade holds {n} rows, not {want}"
+        time.sleep(0.05)
+
+
 def test_kdb_ipc_checks_the_users_file_and_the_roles(cluster, users):
     port = free_port()
     node = cluster.up(extra=["--users", str(users), "--ipc-port", str(port)])
@@ -290,7 +299,7 @@ def test_kdb_ipc_checks_the_users_file_and_the_roles(cluster, users):
             q(".u.sub", "trade", kx.SymbolAtom(""))
     # A reader reads but may not write.
     with q_connect(node, "reader", pw("reader")) as q:
-        assert q('.s.e"SELECT count(*) AS n FROM trade"').pd()["n"].tolist() == [1]
+        wait_count(q, 1)
         with pytest.raises(kx.QError, match="access.*needs the write role"):
             q(".u.upd", "trade", row)
         with pytest.raises(kx.QError, match="access"):
@@ -298,7 +307,7 @@ def test_kdb_ipc_checks_the_users_file_and_the_roles(cluster, users):
     # An admin does both.
     with q_connect(node, "ops", pw("ops")) as q:
         q(".u.upd", "trade", row)
-        assert q('.s.e"SELECT count(*) AS n FROM trade"').pd()["n"].tolist() == [2]
+        wait_count(q, 2)
     node.wait_log("user `reader` may not make writes")
 
 
