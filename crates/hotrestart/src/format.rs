@@ -338,7 +338,7 @@ fn check_fields(buf: &[u8], len: usize, version: u16) -> Result<RecordHead, Deco
     if buf[18..20] != [0, 0] || value_pad >= RECORD_ALIGN_BYTES || (!aligned && buf[17] != 0) {
         return Err(DecodeError::BadReserved);
     }
-    if aligned && len % RECORD_ALIGN_BYTES != 0 {
+    if aligned && !len.is_multiple_of(RECORD_ALIGN_BYTES) {
         return Err(DecodeError::BadLength(len as u32));
     }
     let key_len32 = le_u32(buf, 20);

@@ -84,11 +84,11 @@ fn bad(offset: usize, reason: impl Into<String>) -> CoreError {
 fn bitmap_bytes(bits: &BooleanBuffer) -> Vec<u8> {
     let len = bits.len();
     let mut out = vec![0u8; len.div_ceil(8)];
-    if bits.offset() % 8 == 0 {
+    if bits.offset().is_multiple_of(8) {
         let src = &bits.inner().as_slice()[bits.offset() / 8..];
         let n = out.len();
         out.copy_from_slice(&src[..n]);
-        if len % 8 != 0 {
+        if !len.is_multiple_of(8) {
             if let Some(last) = out.last_mut() {
                 *last &= (1u8 << (len % 8)) - 1;
             }
@@ -442,8 +442,8 @@ impl ChunkRestorer {
         // buffer is copied into a region of its column's domain, so that
         // the image itself can be freed: an fsmem table must not keep a
         // DRAM copy of its rows.
-        let shared =
-            (b.as_ptr() as usize) % 8 == 0 && def.columns.iter().all(|c| c.domain == Domain::Dram);
+        let shared = (b.as_ptr() as usize).is_multiple_of(8)
+            && def.columns.iter().all(|c| c.domain == Domain::Dram);
         let owner: Arc<dyn Allocation> = Arc::new(ImageBytes {
             _bytes: image.clone(),
             _counted: Tracked::new(
