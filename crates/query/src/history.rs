@@ -172,7 +172,13 @@ impl HistTable {
     ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
         let ncols = self.tick.def().columns.len();
         let inner: Vec<usize> = projection.iter().copied().filter(|&i| i < ncols).collect();
-        let batches = scan_batches(snap, pruning, Some(&inner), batch_rows)?;
+        let batches = scan_batches(
+            snap,
+            pruning,
+            Some(&inner),
+            batch_rows,
+            self.target_partitions,
+        )?;
         if batches.is_empty() {
             return Ok(None);
         }

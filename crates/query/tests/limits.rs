@@ -82,7 +82,9 @@ async fn allocating_functions_stop_at_the_memory_limit() {
             err.to_string().contains("query memory limit"),
             "{sql}: {err}"
         );
-        assert!(t.elapsed() < Duration::from_secs(10), "{sql}: {:?}", t.elapsed());
+        // A bound, not a timing: refused, not run to the end (a debug build
+        // on a busy 2-core machine took 14 s for the largest).
+        assert!(t.elapsed() < Duration::from_secs(60), "{sql}: {:?}", t.elapsed());
     }
     // What fits still works, with the operator's NULL rule for ||.
     assert_eq!(

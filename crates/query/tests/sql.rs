@@ -4,10 +4,12 @@
 mod common;
 
 use common::*;
+use datafusion::arrow::compute::concat_batches;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use tickdb_query::encode::{self, rfc3339_nanos};
+use tickdb_query::provider::{scan_batches, Pruning, PARALLEL_GATHER_ROWS_MIN};
 use tickdb_query::{QueryEngine, QueryError, QueryOptions};
 
 const ROWS: usize = 200_000;
@@ -417,15 +419,17 @@ async fn queries_see_a_snapshot_while_ingest_goes_on() {
 
 /// A symbol filter over many chunks, where quiet symbols have a few rows
 /// in each chunk (gathered across chunks into shared batches) and a busy
-/// one has a chunk's worth (a batch per chunk), alone and mixed, with the
-/// active chunk too: the rows, their arrival order and their symbols equal
-/// brute force, and so does an ASOF JOIN of one quiet symbol.
+/// one has a chunk's worth (a batch per chunk; its 300,000 rows are more
+/// than `PARALLEL_GATHER_ROWS_MIN`, so two threads gather them), alone and
+/// mixed, with the active chunk too: the rows, their arrival order and
+/// their symbols equal brute force, and so does an ASOF JOIN of one quiet
+/// symbol.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn symbol_filters_over_many_chunks_equal_brute_force() {
     let names: Vec<&'static str> = (0..300)
         .map(|i| &*Box::leak(format!("Q{i:03}").into_boxed_str()))
         .collect();
-    let trades: Vec<Trade> = (0..400_000usize)
+    let trades: Vec<Trade> = (0..600_000usize)
         .map(|i| Trade {
             time: T0 + i as i64 * 1_000,
             // Every other row the busy symbol, the rest spread thinly.
@@ -442,7 +446,8 @@ async fn symbol_filters_over_many_chunks_equal_brute_force() {
             size: (i % 7) as i64,
         })
         .collect();
-    let e = engine(store_with(&trades));
+    let store = store_with(&trades);
+    let e = engine(store.clone());
     let brute = |syms: &[&str]| -> Vec<Value> {
         trades
             .iter()
@@ -467,6 +472,25 @@ async fn symbol_filters_over_many_chunks_equal_brute_force() {
         assert_eq!(got, brute(&syms), "{filter}");
         let n = rows(&e, &format!("SELECT count(*) FROM trade WHERE {filter}")).await;
         assert_eq!(n, vec![json!([brute(&syms).len()])], "{filter}");
+    }
+    // The scan itself: gathered by two threads or by one, the same rows in
+    // the same (arrival) order, the busy symbol alone and mixed.
+    let snap = store.snapshot("trade").unwrap();
+    for syms in [vec!["HOT"], vec!["Q042", "HOT"], vec!["Q007"]] {
+        let pruning = Pruning {
+            syms: Some(syms.iter().map(|s| s.to_string()).collect()),
+            ..Pruning::default()
+        };
+        let scan = |threads| {
+            let b = scan_batches(&snap, &pruning, None, 8192, threads).unwrap();
+            concat_batches(&snap.schema, &b).unwrap()
+        };
+        let (one, two) = (scan(1), scan(2));
+        assert_eq!(one, two, "{syms:?}");
+        assert_eq!(one.num_rows(), brute(&syms).len(), "{syms:?}");
+        if syms == ["HOT"] {
+            assert!(one.num_rows() >= PARALLEL_GATHER_ROWS_MIN);
+        }
     }
     // One quiet symbol's trades, each joined to itself (the latest trade of
     // that symbol at or before it): the symbol column is read as a key.
