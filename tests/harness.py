@@ -210,9 +210,17 @@ class Cluster:
                 if ports or attempt == PORT_RACE_RETRIES - 1:
                     raise
 
-    def up(self, data_dir: Path | None = None, extra: list[str] = (), start: bool = True, **ports) -> Proc:
-        """`tickdb up` on free ports; ports may be given (http, ilp, tp, pg)."""
-        return self._retrying(lambda: self._up(data_dir, extra, **ports), ports, start)
+    def up(self, data_dir: Path | None = None, extra: list[str] = (), start: bool = True,
+           prepare=None, **ports) -> Proc:
+        """`tickdb up` on free ports; ports may be given (http, ilp, tp, pg).
+        prepare(proc), if given, adjusts each Proc before it starts (a
+        namespace prefix, say), so that a port-race retry gets it too."""
+        def make() -> Proc:
+            p = self._up(data_dir, extra, **ports)
+            if prepare is not None:
+                prepare(p)
+            return p
+        return self._retrying(make, ports, start)
 
     def _up(self, data_dir: Path | None = None, extra: list[str] = (), **ports) -> Proc:
         http = ports.get("http", free_port())

@@ -21,7 +21,7 @@ import time
 import pytest
 import requests
 
-from harness import BIN, PORT_RACE_RETRIES, PortRace, run
+from harness import BIN, run
 
 SECRET = "replication-test-secret-0123456789"
 T0 = 1_700_000_000_000_000_000
@@ -494,19 +494,13 @@ def netns():
 
 
 def node_in(cluster, net, name: str, host: str, extra: list[str], in_ns: bool):
-    """`tickdb up` bound to `host` (in the namespace when `in_ns`), on fresh
-    ports again when one it picked was taken before it bound (CI saw it)."""
-    for attempt in range(PORT_RACE_RETRIES):
-        p = cluster.up(data_dir=cluster.tmp / name, extra=["--bind", host, "--no-protected-mode", *extra],
-                       start=False)
+    """`tickdb up` bound to `host` (in the namespace when `in_ns`)."""
+    def prepare(p):
         p.host = host
         if in_ns:
             p.prefix = ["ip", "netns", "exec", net.ns]
-        try:
-            return p.start()
-        except PortRace:
-            if attempt == PORT_RACE_RETRIES - 1:
-                raise
+    return cluster.up(data_dir=cluster.tmp / name, extra=["--bind", host, "--no-protected-mode", *extra],
+                      prepare=prepare)
 
 
 @pytest.mark.parametrize("mode", ["async", "semi-sync"])
