@@ -64,7 +64,7 @@ from pathlib import Path
 import requests
 
 import harness
-from harness import Proc
+from harness import Proc, free_port
 
 NS_PREFIX = "fnet-"
 HARNESS = "harness"
@@ -167,12 +167,6 @@ def sweep_stale() -> list[str]:
             _ip("route", "del", f[0], f[1], check=False)
             gone.append(f"route {f[0]} {f[1]}")
     return gone
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 # --- processes that are not tickdb -------------------------------------

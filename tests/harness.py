@@ -41,9 +41,41 @@ class PortRace(AssertionError):
     """The server exited because a port it was given was already in use."""
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+# Ports handed to servers come from just below the kernel's ephemeral range,
+# never from it: a port picked there and released can be taken as the local
+# port of any outgoing connection before the server binds it (CI saw a node in
+# a namespace lose its PostgreSQL port to its own etcd client that way). Below
+# the range only listeners this suite starts can hold a port, and the cursor
+# walks the range so one run does not hand the same port out twice.
+PORT_POOL_SIZE = 12_000
+
+
+def _port_pool() -> range:
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return range(max(1024, low - PORT_POOL_SIZE), low)
+
+
+_POOL = _port_pool()
+_cursor = os.getpid() * 7919 % max(1, len(_POOL))
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on at `host` now, outside the ephemeral range."""
+    global _cursor
+    for _ in range(len(_POOL)):
+        port = _POOL[_cursor % len(_POOL)]
+        _cursor += 1
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # pool exhausted (or empty): the kernel's pick
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
