@@ -1044,6 +1044,10 @@ impl StackReport {
             s.push_str(&self.tests_markdown());
         }
         if let Some(sc) = &self.scale {
+            // A blank line ends the tests' last paragraph before the heading.
+            if !s.is_empty() && !s.ends_with("\n\n") {
+                s.push('\n');
+            }
             s.push_str(&sc.markdown());
         }
         s.push_str(&self.targets());
@@ -1674,5 +1678,53 @@ mod tests {
         assert!(short
             .markdown()
             .contains("**The prestress stopped short of 1,000 rows**: no room."));
+    }
+
+    #[test]
+    fn every_heading_of_the_section_starts_its_own_paragraph() {
+        let scale = ScaleRun {
+            rate: 48_000,
+            seconds: 600.0,
+            symbols: 2000,
+            seed: 42,
+            fsync: "never".into(),
+            publish_ms: 100,
+            machine: "m".into(),
+            date: "d".into(),
+            wall_seconds: 1.0,
+            stack: result("scale"),
+        };
+        let report = StackReport {
+            rate: 8000,
+            seconds: 20.0,
+            prestress: 1000,
+            symbols: 2000,
+            publish_ms: 100,
+            seed: 42,
+            fsync: "never".into(),
+            test1: vec![Test1Row {
+                timers: Timers {
+                    monitor_ms: 50,
+                    tp_ms: 0,
+                },
+                dram: result("dram"),
+                fsmem: result("fsmem"),
+            }],
+            test2: None,
+            scale: Some(scale),
+            machine: "m".into(),
+            date: "d".into(),
+            mem_total_bytes: None,
+            fsmem_fs: "ext4".into(),
+            wall_seconds: 1.0,
+        };
+        let md = report.markdown();
+        assert!(md.contains("### The study's scale on one stack"), "{md}");
+        for (at, _) in md.match_indices("\n#") {
+            assert!(
+                md[..at].ends_with('\n'),
+                "no blank line before a heading:\n{md}"
+            );
+        }
     }
 }
