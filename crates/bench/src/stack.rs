@@ -1646,9 +1646,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_scale_subsection_has_every_row() {
-        let sc = ScaleRun {
+    fn scale_run() -> ScaleRun {
+        ScaleRun {
             rate: 48_000,
             seconds: 600.0,
             symbols: 2000,
@@ -1659,7 +1658,12 @@ mod tests {
             date: "d".into(),
             wall_seconds: 1.0,
             stack: result("scale"),
-        };
+        }
+    }
+
+    #[test]
+    fn the_scale_subsection_has_every_row() {
+        let sc = scale_run();
         let md = sc.markdown();
         for row in SCALE_ROWS {
             assert!(md.contains(&format!("| {row} |")), "{row}: {md}");
@@ -1682,18 +1686,6 @@ mod tests {
 
     #[test]
     fn every_heading_of_the_section_starts_its_own_paragraph() {
-        let scale = ScaleRun {
-            rate: 48_000,
-            seconds: 600.0,
-            symbols: 2000,
-            seed: 42,
-            fsync: "never".into(),
-            publish_ms: 100,
-            machine: "m".into(),
-            date: "d".into(),
-            wall_seconds: 1.0,
-            stack: result("scale"),
-        };
         let report = StackReport {
             rate: 8000,
             seconds: 20.0,
@@ -1711,7 +1703,7 @@ mod tests {
                 fsmem: result("fsmem"),
             }],
             test2: None,
-            scale: Some(scale),
+            scale: Some(scale_run()),
             machine: "m".into(),
             date: "d".into(),
             mem_total_bytes: None,
