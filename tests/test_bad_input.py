@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -165,6 +166,18 @@ def test_help_answers(tmp_path):
     r = run(["up", "--help"])
     for flag in ("--fsync", "--data-dir", "--http-port", "--ilp-port", "--tp-port", "--demo-feed", "rp,PORT", "[rp,]PORT"):
         assert flag in r.stdout, flag
+
+
+def test_harness_ports_stay_out_of_the_ephemeral_range_and_do_not_repeat():
+    """A port the harness hands out cannot be taken as an outgoing
+    connection's local port between its pick and the server's bind: it lies
+    below the kernel's ephemeral range, and one run does not repeat one."""
+    import harness
+
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    picks = [harness.free_port() for _ in range(500)]
+    assert all(p < low for p in picks), [p for p in picks if p >= low][:5]
+    assert len(set(picks)) == len(picks)
 
 
 def test_harness_retries_a_port_taken_after_it_was_picked(cluster, monkeypatch):
