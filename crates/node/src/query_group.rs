@@ -300,7 +300,12 @@ impl QueryPorts {
                     if group::migrate_req() != Some(true) {
                         continue;
                     }
-                    let (left, stayed) = self.leave().await;
+                    // The load is looked at again under each port's lock:
+                    // a query that ended meanwhile must not send the
+                    // member away for one steering period.
+                    let still_busy =
+                        || load().is_some_and(|l| busy_reason(&steering, &l).is_some());
+                    let (left, stayed) = self.leave(still_busy).await;
                     if !left.is_empty() {
                         stuck_logged = false;
                         tracing::warn!(
@@ -336,8 +341,9 @@ impl QueryPorts {
         }
     }
 
-    /// Closes each open shared listener this member is not the last on.
-    async fn leave(&self) -> (Vec<String>, Vec<String>) {
+    /// Closes each open shared listener this member is not the last on,
+    /// while `still_busy` says it is saturated.
+    async fn leave(&self, still_busy: impl Fn() -> bool) -> (Vec<String>, Vec<String>) {
         let (mut left, mut stayed) = (Vec::new(), Vec::new());
         for p in self.all() {
             if !p.shared() || !p.ctl.is_open() {
@@ -351,6 +357,9 @@ impl QueryPorts {
                     continue;
                 }
             };
+            if !still_busy() {
+                break;
+            }
             match group::listeners_on(p.addr()) {
                 Ok(n) if n > 1 => {
                     p.away.store(true, Ordering::Relaxed);
