@@ -432,6 +432,50 @@ mod tests {
         }
     }
 
+    /// Two members joined on one free port on loopback.
+    fn two_members() -> (Arc<QueryPorts>, Arc<QueryPorts>, SocketAddr) {
+        let ip: IpAddr = "127.0.0.1".parse().unwrap();
+        let port = std::net::TcpListener::bind((ip, 0))
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let spec = ListenSpec {
+            port,
+            reuse_port: true,
+        };
+        let members: Vec<Arc<QueryPorts>> = (0..2)
+            .map(|_| {
+                let m = QueryPorts::new(CancellationToken::new());
+                m.add(ip, &spec, "HTTP").unwrap();
+                m.join().unwrap();
+                m
+            })
+            .collect();
+        let addr = SocketAddr::new(ip, port);
+        assert_eq!(group::listeners_on(addr).unwrap(), 2);
+        (members[0].clone(), members[1].clone(), addr)
+    }
+
+    #[tokio::test]
+    async fn a_member_whose_load_ended_before_the_lock_stays() {
+        let (a, _b, addr) = two_members();
+        let (left, stayed) = a.leave(|| false).await;
+        assert!(left.is_empty() && stayed.is_empty(), "{left:?} {stayed:?}");
+        assert_eq!(group::listeners_on(addr).unwrap(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_busy_member_leaves_but_never_as_the_last_listener() {
+        let (a, b, addr) = two_members();
+        let (left, _) = a.leave(|| true).await;
+        assert_eq!(left.len(), 1, "{left:?}");
+        assert_eq!(group::listeners_on(addr).unwrap(), 1);
+        let (left, stayed) = b.leave(|| true).await;
+        assert!(left.is_empty() && stayed.len() == 1, "{left:?} {stayed:?}");
+        assert_eq!(group::listeners_on(addr).unwrap(), 1);
+    }
+
     #[test]
     fn saturated_by_queries_in_flight_or_by_one_long_query() {
         let s = Steering {
