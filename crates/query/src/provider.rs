@@ -10,16 +10,19 @@
 //!   `SymIndex`; chunks without an index (the active one) are filtered by
 //!   their dictionary keys. Exact: DataFusion drops the filter.
 //! - range comparisons of the designated timestamp column with constants:
-//!   chunks whose `[min_time, max_time]` misses the range are skipped.
-//!   Inexact (chunks arrive in arrival order, not time order), so DataFusion
-//!   still filters the rows of the chunks that remain.
+//!   chunks whose `[min_time, max_time]` misses the range are skipped, and
+//!   a chunk the range starts or ends in is cut to the rows around it
+//!   (`time_window`). Inexact (chunks arrive in arrival order, not time
+//!   order), so DataFusion still filters the rows that remain.
 
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, DictionaryArray, RecordBatch, RecordBatchOptions,
     UInt32Array,
 };
 use datafusion::arrow::compute::{filter_record_batch, interleave, take};
-use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit, UInt32Type};
+use datafusion::arrow::datatypes::{
+    DataType, SchemaRef, TimeUnit, TimestampNanosecondType, UInt32Type,
+};
 use datafusion::catalog::Session;
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::datasource::memory::MemorySourceConfig;
@@ -259,20 +262,21 @@ impl TickTable {
     }
 }
 
-/// The rows of `chunk` whose symbol id is in `ids` (sorted ascending), as
-/// a batch of the columns in `projection`, for a chunk without a symbol
-/// index (the active one): a pass over its symbol column.
+/// The rows of `rows` (a chunk, or the part of it `time_window` keeps)
+/// whose symbol id is in `ids` (sorted ascending), as a batch of the
+/// columns in `projection`, for a chunk without a symbol index (the active
+/// one): a pass over its symbol column.
 fn filter_syms(
-    chunk: &ChunkSnapshot,
+    rows: &RecordBatch,
     sym_column: usize,
     ids: &[u32],
     projection: Option<&Vec<usize>>,
 ) -> Result<RecordBatch> {
     let batch = match projection {
-        Some(p) => chunk.batch.project(p)?,
-        None => chunk.batch.clone(),
+        Some(p) => rows.project(p)?,
+        None => rows.clone(),
     };
-    let col = chunk.batch.column(sym_column);
+    let col = rows.column(sym_column);
     let dict = col
         .as_any()
         .downcast_ref::<datafusion::arrow::array::DictionaryArray<UInt32Type>>()
@@ -353,8 +357,9 @@ pub fn scan_batches(
         }
         _ => Vec::new(),
     };
+    let times = (pruning.time_lo, pruning.time_hi);
     if runs.len() < 2 {
-        return scan_chunks(snap, &chunks, ids.as_deref(), projection, batch_rows);
+        return scan_chunks(snap, &chunks, ids.as_deref(), times, projection, batch_rows);
     }
     let ids = ids.as_deref();
     let parts: Vec<Result<Vec<RecordBatch>>> = std::thread::scope(|scope| {
@@ -363,13 +368,14 @@ pub fn scan_batches(
             .iter()
             .map(|r| {
                 let part = &chunks[r.clone()];
-                scope.spawn(move || scan_chunks(snap, part, ids, projection, batch_rows))
+                scope.spawn(move || scan_chunks(snap, part, ids, times, projection, batch_rows))
             })
             .collect();
         let mut parts = vec![scan_chunks(
             snap,
             &chunks[first.clone()],
             ids,
+            times,
             projection,
             batch_rows,
         )];
@@ -431,11 +437,14 @@ fn gather_runs(
     runs
 }
 
-/// `scan_batches` over `chunks` (already pruned by time), in their order.
+/// `scan_batches` over `chunks` (already pruned by time), in their order;
+/// `times` are the inclusive bounds the filters put on the designated
+/// timestamp (`time_window`).
 fn scan_chunks(
     snap: &TableSnapshot,
     chunks: &[&ChunkSnapshot],
     ids: Option<&[u32]>,
+    times: (i64, i64),
     projection: Option<&Vec<usize>>,
     batch_rows: usize,
 ) -> Result<Vec<RecordBatch>> {
@@ -443,9 +452,17 @@ fn scan_chunks(
     let mut gather = Gather::new(snap, projection, ids, batch_rows)?;
     let mut rows: Vec<u32> = Vec::new();
     for &chunk in chunks {
+        let window = time_window(chunk, snap.def.time_column, times);
+        if window.is_empty() {
+            continue;
+        }
+        let whole = window.len() == chunk.batch.num_rows();
         let batch = match (ids, snap.def.sym_column, &chunk.sym_index) {
             (Some(ids), Some(_), Some(ix)) => {
                 index_rows(ix, ids, &mut rows);
+                if !whole {
+                    rows.retain(|r| window.contains(&(*r as usize)));
+                }
                 if rows.len() < batch_rows / GATHER_FROM_CHUNK_MAX_DIV {
                     gather.add(chunk, &rows, &mut out)?;
                     continue;
@@ -456,17 +473,73 @@ fn scan_chunks(
             }
             (Some(ids), Some(sc), None) => {
                 gather.flush(&mut out)?;
-                filter_syms(chunk, sc, ids, projection)?
+                filter_syms(&window_rows(chunk, &window), sc, ids, projection)?
             }
-            _ => match projection {
-                Some(p) => chunk.batch.project(p)?,
-                None => chunk.batch.clone(),
-            },
+            _ => {
+                let rows = window_rows(chunk, &window);
+                match projection {
+                    Some(p) => rows.project(p)?,
+                    None => rows,
+                }
+            }
         };
         slices(batch, batch_rows, &mut out);
     }
     gather.flush(&mut out)?;
     Ok(out)
+}
+
+/// The rows of `chunk` that may hold a time within `times` (inclusive): all
+/// but those before its first time at or after the low bound and those
+/// after its last time at or before the high bound (a null time ends either
+/// search; only the filter can tell it). Rows arrive in about time order,
+/// so in a chunk that a range starts or ends in this keeps about the rows
+/// of the range: the plan's row count (its statistics) is then what the
+/// query reads, and a query for the last moments of the day reads those
+/// rows, not the chunk they are in. The window may keep rows outside the
+/// range (out-of-order ones between); the filter above the scan drops them.
+fn time_window(
+    chunk: &ChunkSnapshot,
+    time_column: usize,
+    (lo, hi): (i64, i64),
+) -> std::ops::Range<usize> {
+    let n = chunk.batch.num_rows();
+    if chunk.min_time >= lo && chunk.max_time <= hi {
+        return 0..n;
+    }
+    let Some(times) = chunk
+        .batch
+        .column(time_column)
+        .as_primitive_opt::<TimestampNanosecondType>()
+    else {
+        return 0..n;
+    };
+    let values = times.values();
+    let nulls = times.nulls().filter(|b| b.null_count() > 0);
+    let null = |i: usize| nulls.is_some_and(|b| b.is_null(i));
+    let start = if chunk.min_time >= lo {
+        0
+    } else {
+        (0..n).find(|&i| null(i) || values[i] >= lo).unwrap_or(n)
+    };
+    let end = if chunk.max_time <= hi {
+        n
+    } else {
+        (start..n)
+            .rev()
+            .find(|&i| null(i) || values[i] <= hi)
+            .map_or(start, |i| i + 1)
+    };
+    start..end
+}
+
+/// The rows of `window` of `chunk`, zero-copy.
+fn window_rows(chunk: &ChunkSnapshot, window: &std::ops::Range<usize>) -> RecordBatch {
+    if window.len() == chunk.batch.num_rows() {
+        chunk.batch.clone()
+    } else {
+        chunk.batch.slice(window.start, window.len())
+    }
 }
 
 /// The rows of the symbols `ids` (sorted) in an indexed chunk, into
@@ -650,11 +723,19 @@ impl<'a> Gather<'a> {
     }
 }
 
-/// Spreads batches over `n` partitions in contiguous runs, so each
-/// partition reads its part of the table in arrival order.
+/// A scan partition gets at least this many rows (DataFusion's default
+/// batch size, below which it does not spread rows over threads either): a
+/// second partition of a small scan costs a task and a thread wake-up (on
+/// an idle core, hundreds of µs in a virtual machine) for less work than
+/// that, and a monitor's poll of the newest rows is all such overhead.
+pub const PARTITION_ROWS_MIN: usize = 8192;
+
+/// Spreads batches over at most `n` partitions (fewer for a small scan,
+/// `PARTITION_ROWS_MIN`) in contiguous runs, so each partition reads its
+/// part of the table in arrival order.
 pub fn partition(batches: Vec<RecordBatch>, n: usize) -> Vec<Vec<RecordBatch>> {
     let total: usize = batches.iter().map(|b| b.num_rows()).sum();
-    let n = n.max(1);
+    let n = n.max(1).min(total.div_ceil(PARTITION_ROWS_MIN).max(1));
     if batches.is_empty() {
         return vec![Vec::new()];
     }

@@ -9,7 +9,9 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use tickdb_query::encode::{self, rfc3339_nanos};
-use tickdb_query::provider::{scan_batches, Pruning, PARALLEL_GATHER_ROWS_MIN};
+use tickdb_query::provider::{
+    partition, scan_batches, Pruning, PARALLEL_GATHER_ROWS_MIN, PARTITION_ROWS_MIN,
+};
 use tickdb_query::{QueryEngine, QueryError, QueryOptions};
 
 const ROWS: usize = 200_000;
@@ -161,6 +163,142 @@ async fn pushed_down_filters_equal_unpushed() {
     )
     .await;
     assert!(format!("{plan:?}").contains("FilterExec"));
+}
+
+/// A scan under a time range cuts the chunks the range starts or ends in
+/// to the rows around it: never a row of the range lost, out-of-order
+/// rows or not, and a poll of the last moments reads about their rows, not
+/// their chunk's (so its plan runs on one thread). Random ranges; the seed
+/// is printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn time_ranges_cut_chunks_to_the_rows_around_them() {
+    let trades = gen_trades(ROWS);
+    let store = store_with(&trades);
+    let e = engine(store.clone());
+    let snap = store.snapshot("trade").unwrap();
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(1)
+        | 1;
+    println!("time_ranges_cut_chunks_to_the_rows_around_them: seed {seed}");
+    let mut x = seed;
+    let mut next = move |n: i64| {
+        // xorshift64*
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        (x.wrapping_mul(0x2545_F491_4F6C_DD1D) % n as u64) as i64
+    };
+    let span = ROWS as i64 * 1_000_000;
+    for round in 0..40 {
+        // Bounds on row times (jittered ones included) or between them.
+        let a = T0 - 10_000_000 + next(span + 20_000_000);
+        let b = a + next(span / 4);
+        let (lo, hi) = if round % 5 == 0 {
+            (a, i64::MAX)
+        } else {
+            (a, b)
+        };
+        let syms = match round % 3 {
+            0 => None,
+            1 => Some(vec!["IBM"]),
+            _ => Some(vec!["AAPL", "TSLA"]),
+        };
+        let keep = |t: &Trade| {
+            t.time >= lo && t.time <= hi && syms.as_ref().is_none_or(|s| s.contains(&t.sym))
+        };
+        let want = trades.iter().filter(|t| keep(t)).count();
+        let pruning = Pruning {
+            syms: syms
+                .as_ref()
+                .map(|s| s.iter().map(|s| s.to_string()).collect()),
+            time_lo: lo,
+            time_hi: hi,
+        };
+        let b = scan_batches(&snap, &pruning, None, 8192, 2).unwrap();
+        let got = concat_batches(&snap.schema, &b).unwrap();
+        let times = got
+            .column(0)
+            .as_any()
+            .downcast_ref::<datafusion::arrow::array::TimestampNanosecondArray>()
+            .unwrap();
+        let inside = times
+            .values()
+            .iter()
+            .filter(|t| **t >= lo && **t <= hi)
+            .count();
+        assert_eq!(
+            inside, want,
+            "seed {seed} round {round}: [{lo}, {hi}] {syms:?}"
+        );
+        // What the scan keeps outside the range is at most the
+        // out-of-order rows near its ends (one row in 17 arrives 5 ms
+        // late), not whole chunks.
+        let extra = got.num_rows() - inside;
+        assert!(
+            extra <= 64,
+            "seed {seed} round {round}: {extra} rows outside [{lo}, {hi}]"
+        );
+        let filter = match &syms {
+            None => format!("time >= to_timestamp_nanos({lo})"),
+            Some(s) => format!(
+                "time >= to_timestamp_nanos({lo}) AND sym IN ({})",
+                s.iter()
+                    .map(|s| format!("'{s}'"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        let filter = if hi == i64::MAX {
+            filter
+        } else {
+            format!("{filter} AND time <= to_timestamp_nanos({hi})")
+        };
+        let n = rows(&e, &format!("SELECT count(*) FROM trade WHERE {filter}")).await;
+        assert_eq!(
+            n,
+            vec![json!([want])],
+            "seed {seed} round {round}: {filter}"
+        );
+    }
+}
+
+/// A small scan stays one partition (a second would cost a thread's
+/// wake-up for less work than that); a large one spreads over them all,
+/// each a contiguous run of the batches in their order.
+#[test]
+fn small_scans_stay_one_partition() {
+    let trades = gen_trades(ROWS);
+    let store = store_with(&trades);
+    let snap = store.snapshot("trade").unwrap();
+    let all = scan_batches(&snap, &Pruning::default(), None, 1000, 1).unwrap();
+    let rows_of = |b: &[datafusion::arrow::array::RecordBatch]| -> usize {
+        b.iter().map(|b| b.num_rows()).sum()
+    };
+    let first = |rows: usize| {
+        let mut out = Vec::new();
+        let mut n = 0;
+        for b in &all {
+            if n + b.num_rows() > rows {
+                break;
+            }
+            out.push(b.clone());
+            n += b.num_rows();
+        }
+        out
+    };
+    let few = first(PARTITION_ROWS_MIN);
+    assert_eq!(partition(few, 4).len(), 1);
+    let more = first(2 * PARTITION_ROWS_MIN);
+    assert_eq!(partition(more, 4).len(), 2);
+    let parts = partition(all.clone(), 4);
+    assert_eq!(parts.len(), 4);
+    let flat: Vec<_> = parts.into_iter().flatten().collect();
+    assert_eq!(rows_of(&flat), ROWS);
+    let whole = concat_batches(&snap.schema, &all).unwrap();
+    assert_eq!(concat_batches(&snap.schema, &flat).unwrap(), whole);
+    assert_eq!(partition(Vec::new(), 4).len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
