@@ -1105,6 +1105,31 @@ impl ExecutionPlan for AsofJoinExec {
         vec![true, false]
     }
 
+    /// The left side's statistics, at the same partition; not the right's.
+    fn child_stats_requests(
+        &self,
+        partition: Option<usize>,
+    ) -> Vec<datafusion::physical_plan::statistics::ChildStats> {
+        use datafusion::physical_plan::statistics::ChildStats;
+        vec![ChildStats::At(partition), ChildStats::Skip]
+    }
+
+    /// One output row per left row (matched or not), in the left row's
+    /// partition. Given as an estimate: it lets the planner keep a small
+    /// join on one thread (the monitor's one-symbol join), and an estimate
+    /// is never used to answer `count(*)` without running the join.
+    fn statistics_from_inputs(
+        &self,
+        input_stats: &[Arc<datafusion::common::Statistics>],
+        _args: &datafusion::physical_plan::statistics::StatisticsArgs,
+    ) -> Result<Arc<datafusion::common::Statistics>> {
+        let mut stats = datafusion::common::Statistics::new_unknown(&self.schema());
+        if let Some(left) = input_stats.first() {
+            stats.num_rows = left.num_rows.to_inexact();
+        }
+        Ok(Arc::new(stats))
+    }
+
     fn apply_expressions(
         &self,
         f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,

@@ -62,6 +62,9 @@ pub const TARGET_PARTITIONS_DEFAULT: usize = 2;
 /// body, PostgreSQL rows): a slow reader holds the query back instead of
 /// letting results pile up in memory.
 pub const RESULT_BATCHES_AHEAD: usize = 2;
+/// A statement up to this long is parsed and planned on its query worker;
+/// a longer one off it (`pool::off_worker`).
+const PLAN_ON_WORKER_SQL_BYTES_MAX: usize = 2048;
 /// How often a query waiting for the node to be ready looks again.
 const READY_POLL: Duration = Duration::from_millis(20);
 /// Time the outer timer waits past the deadline for the plan's own checks
@@ -235,6 +238,14 @@ impl QueryEngine {
             .with_information_schema(true);
         // Spans let plan errors point at the offending identifier.
         config.options_mut().sql_parser.collect_spans = true;
+        // The scans' row counts are exact, and a filter's estimate is at
+        // most its input's: a plan whose rows fit one batch (a poll of the
+        // newest rows) then runs on one thread, instead of being spread
+        // over the query threads at the cost of a task and a wake-up each.
+        config
+            .options_mut()
+            .execution
+            .use_row_number_estimates_to_optimize_partitioning = true;
         let pool = TrackConsumersPool::new(
             GreedyMemoryPool::new(opts.memory_limit_bytes),
             NonZeroUsize::new(MEMORY_CONSUMERS_REPORTED).expect("non-zero"),
@@ -556,9 +567,7 @@ impl QueryEngine {
         let permit = self.enter(ctx).await?;
         limits::check_text(sql)?;
         let state = self.state_for(ctx);
-        // Parsing and planning a large statement is CPU work with no
-        // yield point: off the worker, so the query threads stay live.
-        let physical = pool::off_worker(async {
+        let planned = async {
             let statement = Self::parse(&state, sql).map_err(|e| self.error(e, sql, ctx))?;
             limits::check_depth(&statement)?;
             let plan = Self::logical(&state, statement)
@@ -568,8 +577,17 @@ impl QueryEngine {
                 .create_physical_plan(&plan)
                 .await
                 .map_err(|e| self.error(e, sql, ctx))
-        })
-        .await?;
+        };
+        // Parsing and planning a large statement is CPU work with no
+        // yield point: off the worker, so the query threads stay live. A
+        // short one plans in well under a millisecond, less than handing
+        // the worker's tasks to another thread costs (a thread woken on
+        // another core): it plans here.
+        let physical = if sql.len() <= PLAN_ON_WORKER_SQL_BYTES_MAX {
+            planned.await?
+        } else {
+            pool::off_worker(planned).await?
+        };
         let task = Arc::new(TaskContext::from(&state));
         let stream = datafusion::physical_plan::execute_stream(physical, task)
             .map_err(|e| self.error(e, sql, ctx))?;

@@ -262,6 +262,19 @@ async fn time_ranges_cut_chunks_to_the_rows_around_them() {
             "seed {seed} round {round}: {filter}"
         );
     }
+    // The newest rows alone: one partition, no repartitioning.
+    let last = trades.iter().map(|t| t.time).max().unwrap();
+    let plan = rows(
+        &e,
+        &format!(
+            "EXPLAIN SELECT max(time), count(*) FROM trade WHERE time > to_timestamp_nanos({})",
+            last - 50_000_000
+        ),
+    )
+    .await;
+    let text = format!("{plan:?}");
+    assert!(text.contains("partitions=1"), "{text}");
+    assert!(!text.contains("RepartitionExec"), "{text}");
 }
 
 /// A small scan stays one partition (a second would cost a thread's
@@ -644,4 +657,12 @@ async fn symbol_filters_over_many_chunks_equal_brute_force() {
     )
     .await;
     assert_eq!(got, want);
+    // Aggregated, as a monitor asks it: a join of a few hundred rows runs
+    // on one thread, start to end, and counts every left row.
+    let sql = "SELECT count(*), sum(b.size) FROM trade a ASOF JOIN trade b \
+               MATCH_CONDITION (a.time >= b.time) ON a.sym = b.sym WHERE a.sym = 'Q123'";
+    let sum: i64 = q.iter().map(|t| t.size).sum();
+    assert_eq!(rows(&e, sql).await, vec![json!([q.len(), sum])]);
+    let plan = format!("{:?}", rows(&e, &format!("EXPLAIN {sql}")).await);
+    assert!(!plan.contains("RepartitionExec"), "{plan}");
 }
