@@ -473,10 +473,11 @@ fn scan_chunks(
             }
             (Some(ids), Some(sc), None) => {
                 gather.flush(&mut out)?;
-                filter_syms(&window_rows(chunk, &window), sc, ids, projection)?
+                let rows = chunk.batch.slice(window.start, window.len());
+                filter_syms(&rows, sc, ids, projection)?
             }
             _ => {
-                let rows = window_rows(chunk, &window);
+                let rows = chunk.batch.slice(window.start, window.len());
                 match projection {
                     Some(p) => rows.project(p)?,
                     None => rows,
@@ -531,15 +532,6 @@ fn time_window(
             .map_or(start, |i| i + 1)
     };
     start..end
-}
-
-/// The rows of `window` of `chunk`, zero-copy.
-fn window_rows(chunk: &ChunkSnapshot, window: &std::ops::Range<usize>) -> RecordBatch {
-    if window.len() == chunk.batch.num_rows() {
-        chunk.batch.clone()
-    } else {
-        chunk.batch.slice(window.start, window.len())
-    }
 }
 
 /// The rows of the symbols `ids` (sorted) in an indexed chunk, into
