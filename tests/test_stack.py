@@ -292,6 +292,42 @@ def test_bench_stack_scale_reports_one_stack_at_the_study_sizes_scaled_down(tmp_
     assert m["asof_ms"]["n"] > 0 and s["feed"]["rate_achieved"] > 4000
 
 
+def test_bench_stack_zero_latency_runs_one_stack_at_a_time(tmp_path):
+    """`--zero-latency RUNS`: a DRAM and an fsmem stack alternating, each
+    with a zero tp timer; every run's max in the table beside the medians,
+    and the targets line quoting them."""
+    out = tmp_path / "zl.json"
+    r = run(["bench", "stack", "--zero-latency", "2", "--prestress", "20k", "--seconds", "2", "--rate", "5000",
+             "--symbols", "300", "--json", str(out), "--work-dir", str(tmp_path / "work")], timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    md = r.stdout
+    assert "### Zero latency at 5,000 updates/s" in md and "### Test 1" not in md, md
+    rep = json.loads(out.read_text())
+    assert not rep["test1"] and rep["test2"] is None and rep["scale"] is None
+    zl = rep["zero_latency"]
+    assert zl["rate"] == 5000 and zl["prestress"] == 20_000 and zl["timers"] == {"monitor_ms": 50, "tp_ms": 0}
+    for placement in ("dram", "fsmem"):
+        runs = zl[placement]
+        assert len(runs) == 2, runs
+        maxima = []
+        for s in runs:
+            assert s["placement"] == placement and s["timers"] == {"monitor_ms": 50, "tp_ms": 0}
+            m = s["monitor"]
+            assert m["trade_latency_ms"]["n"] > 0 and m["quote_latency_ms"]["n"] > 0, m
+            maxima.append(max(m["trade_latency_ms"]["max"], m["quote_latency_ms"]["max"]))
+            assert s["bars_ok"], s["bars_note"]
+        label = "DRAM" if placement == "dram" else "fsmem"
+        row = stack_rows(md, label)
+        assert len(row) == 1, md
+        cells = [c.strip() for c in row[0].strip("|").split("|")]
+        assert len(cells[1].split(", ")) == 2 and "n/a" not in row[0], row
+    assert "- Zero-latency mode under 5 ms max: " in md and "the median of 2 runs each" in md, md
+    # Its own mode: no Test 1 timers, no --scale beside it, at least one run.
+    for bad in (["--zero-latency", "0"], ["--zero-latency", "--scale"], ["--zero-latency", "--timers", "50:0"]):
+        r = run(["bench", "stack", *bad, "--work-dir", str(tmp_path / "bad")], timeout=60)
+        assert r.returncode != 0 and r.stderr, (bad, r.stdout)
+
+
 def test_bench_insert_reports_throughput_and_server_samples(tmp_path):
     out = tmp_path / "insert.json"
     r = run(["bench", "insert", "--rows", "60000", "--no-questdb", "--json", str(out),

@@ -795,6 +795,21 @@ struct StackArgs {
     /// measured the run takes about 12 minutes.
     #[arg(long)]
     scale: bool,
+    /// Zero latency at the study's rate, instead of Tests 1 and 2: one
+    /// stack at a time, a DRAM and an fsmem rdb alternating, RUNS times
+    /// each (default 3), with a zero tp timer and the monitor every 50 ms,
+    /// 48,000 updates/s, 1M rows preloaded and 20 s measured (--rate,
+    /// --seconds and --prestress override those). Reports each run's max
+    /// tick latency and the medians over the runs. About 40 s a run.
+    #[arg(
+        long,
+        value_name = "RUNS",
+        num_args = 0..=1,
+        default_missing_value = "3",
+        value_parser = clap::value_parser!(u64).range(1..),
+        conflicts_with_all = ["scale", "timers", "full"]
+    )]
+    zero_latency: Option<u64>,
     /// Also write the results as JSON.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -1192,8 +1207,14 @@ fn stack_opts(a: &StackArgs) -> stack::StackOptions {
         seed: a.seed,
         fsync: a.fsync.clone(),
         scale: a.scale,
+        zero_latency: a.zero_latency.unwrap_or(0) as usize,
     };
-    if a.scale {
+    if o.zero_latency > 0 {
+        o.rate = a.rate.unwrap_or(stack::SCALE_RATE);
+        o.seconds = a.seconds.unwrap_or(stack::ZERO_LATENCY_SECONDS);
+        o.prestress = a.prestress.unwrap_or(stack::ZERO_LATENCY_PRESTRESS_ROWS);
+        o.timers = vec![stack::ZERO_LATENCY_TIMERS];
+    } else if a.scale {
         // The study's sizes unless given; --full makes it the study's 30
         // minutes.
         o.rate = a.rate.unwrap_or(stack::SCALE_RATE);
@@ -1704,9 +1725,19 @@ fn stack_and_insert_sections(bin: &Path, work: &Path, a: &ReportArgs) -> Result<
         seed: 42,
         full: false,
         scale: false,
+        zero_latency: None,
         json: None,
     };
     let mut so = stack_opts(&args);
+    // Zero latency at the study's rate, one stack at a time: its own runs.
+    let mut zl = stack_opts(&StackArgs {
+        rate: None,
+        seconds: None,
+        prestress: None,
+        timers: None,
+        zero_latency: Some(stack::ZERO_LATENCY_RUNS as u64),
+        ..args.clone()
+    });
     // The study's scale on one stack: its own run, at its own sizes.
     let mut scale = stack_opts(&StackArgs {
         rate: None,
@@ -1731,6 +1762,11 @@ fn stack_and_insert_sections(bin: &Path, work: &Path, a: &ReportArgs) -> Result<
         scale.seconds = 5.0;
         scale.prestress = 300_000;
         scale.symbols = 1000;
+        zl.rate = 10_000;
+        zl.seconds = 4.0;
+        zl.prestress = 50_000;
+        zl.symbols = 1000;
+        zl.zero_latency = 1;
         io.rows = 200_000;
     }
     eprintln!("[stack] market-data stack");
@@ -1740,6 +1776,11 @@ fn stack_and_insert_sections(bin: &Path, work: &Path, a: &ReportArgs) -> Result<
         scale.prestress, scale.rate, scale.seconds
     );
     st.scale = stack::run(bin, work, &scale)?.scale;
+    eprintln!(
+        "[stack] zero latency, one stack at a time: {} runs each of DRAM and fsmem, {} updates/s for {} s",
+        zl.zero_latency, zl.rate, zl.seconds
+    );
+    st.zero_latency = stack::run(bin, work, &zl)?.zero_latency;
     eprintln!("[insert] bulk insert");
     let ins = insert::run(bin, work, &io)?;
     Ok(format!(

@@ -68,6 +68,18 @@ pub const SCALE_TIMERS: Timers = Timers {
     monitor_ms: 300,
     tp_ms: 50,
 };
+/// Zero latency at the study's rate (`--zero-latency`): one stack at a
+/// time with a zero tp timer and the monitor every 50 ms, 48,000
+/// updates/s, 1M rows preloaded, 20 s measured, several runs per placement
+/// (one run's maximum is one unlucky poll, so the median of runs is
+/// reported beside each).
+pub const ZERO_LATENCY_TIMERS: Timers = Timers {
+    monitor_ms: 50,
+    tp_ms: 0,
+};
+pub const ZERO_LATENCY_SECONDS: f64 = 20.0;
+pub const ZERO_LATENCY_PRESTRESS_ROWS: u64 = 1_000_000;
+pub const ZERO_LATENCY_RUNS: usize = 3;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Timers {
@@ -120,6 +132,10 @@ pub struct StackOptions {
     /// Run the study's scale on one DRAM stack (at `rate`, `seconds`,
     /// `prestress` and the first of `timers`) instead of Tests 1 and 2.
     pub scale: bool,
+    /// Runs of zero latency at the study's rate per placement, one stack
+    /// at a time (at `rate`, `seconds`, `prestress` and the first of
+    /// `timers`), instead of Tests 1 and 2; 0: not this mode.
+    pub zero_latency: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -278,6 +294,24 @@ pub struct ScaleRun {
     pub stack: StackResult,
 }
 
+/// Zero latency at the study's rate (`--zero-latency`): one stack at a
+/// time, DRAM and fsmem alternating, the same settings every run.
+#[derive(Debug, Clone, Serialize)]
+pub struct ZeroLatencyRuns {
+    pub rate: u64,
+    pub seconds: f64,
+    pub prestress: u64,
+    pub symbols: usize,
+    pub seed: u64,
+    pub fsync: String,
+    pub timers: Timers,
+    pub machine: String,
+    pub date: String,
+    pub wall_seconds: f64,
+    pub dram: Vec<StackResult>,
+    pub fsmem: Vec<StackResult>,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct StackReport {
     pub rate: u64,
@@ -291,6 +325,9 @@ pub struct StackReport {
     pub test2: Option<Test2>,
     /// The study's scale on one DRAM stack (`--scale`).
     pub scale: Option<ScaleRun>,
+    /// Zero latency at the study's rate, one stack at a time
+    /// (`--zero-latency`).
+    pub zero_latency: Option<ZeroLatencyRuns>,
     pub machine: String,
     pub date: String,
     pub mem_total_bytes: Option<u64>,
@@ -631,6 +668,54 @@ fn bars_check(r: &Running) -> (bool, String) {
 }
 
 /// Runs one scenario: every stack at once, measured for `o.seconds`.
+/// `o.zero_latency` runs of one stack per placement, DRAM and fsmem
+/// alternating so that a machine getting busier or quieter meets both.
+fn zero_latency_runs(
+    bin: &Path,
+    work: &Path,
+    o: &StackOptions,
+    machine: &Machine,
+    pb: &ProgressBar,
+) -> Result<ZeroLatencyRuns> {
+    let t0 = Instant::now();
+    let timers = o.timers.first().copied().unwrap_or(ZERO_LATENCY_TIMERS);
+    let (mut dram, mut fsmem) = (Vec::new(), Vec::new());
+    for run in 1..=o.zero_latency {
+        for placement in [Placement::Dram, Placement::Fsmem] {
+            let spec = Spec {
+                name: format!(
+                    "zl-{}-{run}-m{}-tp{}",
+                    placement.name(),
+                    timers.monitor_ms,
+                    timer_name(timers.tp_ms)
+                ),
+                placement,
+                timers,
+            };
+            let got = scenario(bin, work, vec![spec], o, pb)?;
+            let into = match placement {
+                Placement::Dram => &mut dram,
+                Placement::Fsmem => &mut fsmem,
+            };
+            into.extend(got);
+        }
+    }
+    Ok(ZeroLatencyRuns {
+        rate: o.rate,
+        seconds: o.seconds,
+        prestress: o.prestress,
+        symbols: o.symbols,
+        seed: o.seed,
+        fsync: o.fsync.clone(),
+        timers,
+        machine: machine.summary(),
+        date: crate::today_utc(),
+        wall_seconds: t0.elapsed().as_secs_f64(),
+        dram,
+        fsmem,
+    })
+}
+
 fn scenario(
     bin: &Path,
     work: &Path,
@@ -791,10 +876,13 @@ fn timer_name(ms: u64) -> String {
 pub fn run(bin: &Path, work: &Path, o: &StackOptions) -> Result<StackReport> {
     let machine = Machine::probe(work);
     let started = Instant::now();
-    let do1 = !o.scale && o.tests.contains(&1);
-    let do2 = !o.scale && o.tests.contains(&2);
-    let scenarios =
-        if do1 { o.timers.len() } else { 0 } + if do2 { 2 } else { 0 } + usize::from(o.scale);
+    let tests = !o.scale && o.zero_latency == 0;
+    let do1 = tests && o.tests.contains(&1);
+    let do2 = tests && o.tests.contains(&2);
+    let scenarios = if do1 { o.timers.len() } else { 0 }
+        + if do2 { 2 } else { 0 }
+        + usize::from(o.scale)
+        + 2 * o.zero_latency;
     let pb = ProgressBar::new((scenarios as f64 * o.seconds * 1000.0) as u64);
     pb.set_style(
         ProgressStyle::with_template("bench stack {bar:30} {percent}% {elapsed} {msg}")
@@ -887,6 +975,11 @@ pub fn run(bin: &Path, work: &Path, o: &StackOptions) -> Result<StackReport> {
             stack,
         });
     }
+    let zero_latency = if o.zero_latency > 0 {
+        Some(zero_latency_runs(bin, work, o, &machine, &pb)?)
+    } else {
+        None
+    };
     pb.finish_and_clear();
     let fsmem_fs = machine.fs.clone();
     Ok(StackReport {
@@ -900,6 +993,7 @@ pub fn run(bin: &Path, work: &Path, o: &StackOptions) -> Result<StackReport> {
         test1,
         test2,
         scale,
+        zero_latency,
         machine: machine.summary(),
         date: crate::today_utc(),
         mem_total_bytes: tickdb_stack::procfs::mem_total_bytes(),
@@ -1043,12 +1137,18 @@ impl StackReport {
         if !self.test1.is_empty() || self.test2.is_some() {
             s.push_str(&self.tests_markdown());
         }
-        if let Some(sc) = &self.scale {
-            // A blank line ends the tests' last paragraph before the heading.
+        // A blank line ends the previous paragraph before each heading.
+        let part = |s: &mut String, md: String| {
             if !s.is_empty() && !s.ends_with("\n\n") {
                 s.push('\n');
             }
-            s.push_str(&sc.markdown());
+            s.push_str(&md);
+        };
+        if let Some(zl) = &self.zero_latency {
+            part(&mut s, zl.markdown());
+        }
+        if let Some(sc) = &self.scale {
+            part(&mut s, sc.markdown());
         }
         s.push_str(&self.targets());
         s
@@ -1246,6 +1346,15 @@ impl StackReport {
     /// asserted).
     fn targets(&self) -> String {
         let mut s = String::from("\nTargets (reported, not asserted):\n\n");
+        let zl = self
+            .zero_latency
+            .as_ref()
+            .map(|z| z.target())
+            .unwrap_or_default();
+        if self.test1.is_empty() && self.scale.is_none() && !zl.is_empty() {
+            // A --zero-latency run alone: only what it measured.
+            return format!("{s}- Zero-latency mode under 5 ms max: {zl}.\n");
+        }
         let at = |tp: u64| self.test1.iter().find(|r| r.timers.tp_ms == tp);
         let rate = format!("at {} updates/s per stack", self.rate);
         // The study's scale, when it ran with a 50 ms tp timer.
@@ -1291,13 +1400,15 @@ impl StackReport {
             .unwrap_or_default();
         match at(0) {
             Some(r) => s.push_str(&format!(
-                "- Zero-latency mode under 5 ms max: {} (DRAM), {} (fsmem), {rate}{scale0}.\n",
+                "- Zero-latency mode under 5 ms max: {} (DRAM), {} (fsmem), {rate} (two stacks on the machine's cores at once){scale0}{}.\n",
                 ms(r.dram.max_latency_ms()),
-                ms(r.fsmem.max_latency_ms())
+                ms(r.fsmem.max_latency_ms()),
+                if zl.is_empty() { String::new() } else { format!("; {zl}") }
             )),
-            None if !scale0.is_empty() => {
-                s.push_str(&format!("- Zero-latency mode under 5 ms max{scale0}.\n"))
-            }
+            None if !scale0.is_empty() || !zl.is_empty() => s.push_str(&format!(
+                "- Zero-latency mode under 5 ms max{scale0}{}.\n",
+                if zl.is_empty() { String::new() } else { format!("; {zl}") }
+            )),
             None => s.push_str("- Zero-latency mode: not measured (no tp timer 0 scenario).\n"),
         }
         if let Some(r) = self.test1.first() {
@@ -1373,6 +1484,94 @@ fn count(n: u64) -> String {
         out.push(c);
     }
     out
+}
+
+impl ZeroLatencyRuns {
+    fn median(runs: &[StackResult], f: impl Fn(&StackResult) -> Option<f64>) -> Option<f64> {
+        crate::stats::Samples(runs.iter().filter_map(f).collect()).median()
+    }
+
+    /// Each run's max tick latency, in run order.
+    fn maxima(runs: &[StackResult]) -> String {
+        let v: Vec<String> = runs.iter().map(|r| ms(r.max_latency_ms())).collect();
+        if v.is_empty() {
+            "n/a".into()
+        } else {
+            v.join(", ")
+        }
+    }
+
+    /// Runs per placement.
+    fn runs(&self) -> usize {
+        self.dram.len().max(self.fsmem.len())
+    }
+
+    /// The clause the targets line gets: the medians of the runs' maxima.
+    fn target(&self) -> String {
+        format!(
+            "{} (DRAM), {} (fsmem) at {} updates/s, one stack at a time (`--zero-latency`: the median of {} each; every run: {} and {})",
+            ms(Self::median(&self.dram, StackResult::max_latency_ms)),
+            ms(Self::median(&self.fsmem, StackResult::max_latency_ms)),
+            count(self.rate),
+            runs_text(self.runs()),
+            Self::maxima(&self.dram),
+            Self::maxima(&self.fsmem),
+        )
+    }
+
+    /// The zero-latency subsection of the stack section.
+    pub fn markdown(&self) -> String {
+        let mut s = format!(
+            "### Zero latency at {} updates/s\n\n\
+             One stack at a time (`tickdb bench stack --zero-latency`), DRAM and fsmem rdbs alternating, {} each: \
+             a zero tp timer (the tp publishes every update as it journals it, `--fsync {}`), the monitor polling every {} ms, \
+             {} updates/s ({}trades:quotes 1:10, {} symbols, seed {}), each stack preloaded with {} rows, \
+             then {} s measured. On {}, {}, in {:.0} s in all. Tick latency as in Test 1: the time the monitor's query answered − \
+             the generation time of the newest row it saw, trade and quote together, max and mean over the polls.\n\n",
+            count(self.rate),
+            runs_text(self.runs()),
+            self.fsync,
+            self.timers.monitor_ms,
+            count(self.rate),
+            if self.rate == SCALE_RATE {
+                "the Optane kdb+ study's rate; "
+            } else {
+                ""
+            },
+            self.symbols,
+            self.seed,
+            count(self.prestress),
+            self.seconds,
+            self.machine,
+            self.date,
+            self.wall_seconds,
+        );
+        s.push_str("| rdb | max tick latency, each run | max, median of the runs | mean, median of the runs | polls per run |\n|---|---|---|---|---|\n");
+        for (label, runs) in [("DRAM", &self.dram), ("fsmem", &self.fsmem)] {
+            let polls: Vec<String> = runs
+                .iter()
+                .map(|r| r.monitor.trade_latency_ms.n.to_string())
+                .collect();
+            s.push_str(&format!(
+                "| {label} | {} | {} | {} | {} |\n",
+                Self::maxima(runs),
+                ms(Self::median(runs, StackResult::max_latency_ms)),
+                ms(Self::median(runs, StackResult::mean_latency_ms)),
+                polls.join(", ")
+            ));
+        }
+        s.push_str(
+            "\nA poll's latency includes the monitor's own query for the newest rows (an SQL statement over HTTP, \
+             planned and run at every poll), the time since the newest trade was generated (one row in eleven is a \
+             trade) and any wait for a core: the feed, the tp, the agg, the rdb and the monitor share the machine's cores.\n",
+        );
+        s
+    }
+}
+
+/// "1 run", "3 runs".
+fn runs_text(n: usize) -> String {
+    format!("{n} run{}", if n == 1 { "" } else { "s" })
 }
 
 /// The rows of the scale subsection, in order (the tests check every one
@@ -1565,6 +1764,7 @@ impl ScaleRun {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tickdb_stack::monitor::Stat;
 
     #[test]
     fn parses_timers_and_formats() {
@@ -1684,6 +1884,90 @@ mod tests {
             .contains("**The prestress stopped short of 1,000 rows**: no room."));
     }
 
+    fn zero_latency_runs() -> ZeroLatencyRuns {
+        let run = |name: &str, placement: Placement, max_ms: f64, mean_ms: f64| {
+            let mut r = result(name);
+            r.placement = placement;
+            r.timers = ZERO_LATENCY_TIMERS;
+            r.monitor.trade_latency_ms = Stat {
+                n: 400,
+                max: Some(max_ms),
+                mean: Some(mean_ms),
+            };
+            r.monitor.quote_latency_ms = Stat {
+                n: 400,
+                max: Some(max_ms - 1.0),
+                mean: Some(mean_ms),
+            };
+            r
+        };
+        ZeroLatencyRuns {
+            rate: 48_000,
+            seconds: 20.0,
+            prestress: 1_000_000,
+            symbols: 2000,
+            seed: 42,
+            fsync: "never".into(),
+            timers: ZERO_LATENCY_TIMERS,
+            machine: "m".into(),
+            date: "d".into(),
+            wall_seconds: 200.0,
+            dram: vec![
+                run("d1", Placement::Dram, 6.0, 1.0),
+                run("d2", Placement::Dram, 4.0, 1.5),
+                run("d3", Placement::Dram, 5.0, 2.0),
+            ],
+            fsmem: vec![
+                run("f1", Placement::Fsmem, 3.0, 1.0),
+                run("f2", Placement::Fsmem, 9.0, 3.0),
+                run("f3", Placement::Fsmem, 4.5, 2.0),
+            ],
+        }
+    }
+
+    /// Every run is listed in run order, beside the medians of the runs'
+    /// maxima and means; the targets line quotes the medians.
+    #[test]
+    fn the_zero_latency_subsection_lists_every_run_and_the_medians() {
+        let zl = zero_latency_runs();
+        let md = zl.markdown();
+        assert!(
+            md.contains("| DRAM | 6.00 ms, 4.00 ms, 5.00 ms | 5.00 ms | 1.50 ms | 400, 400, 400 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| fsmem | 3.00 ms, 9.00 ms, 4.50 ms | 4.50 ms | 2.00 ms |"),
+            "{md}"
+        );
+        assert!(md.contains("3 runs each"), "{md}");
+        assert!(md.contains("(the Optane kdb+ study's rate; trades"), "{md}");
+        let alone = StackReport {
+            rate: 48_000,
+            seconds: 20.0,
+            prestress: 1_000_000,
+            symbols: 2000,
+            publish_ms: 100,
+            seed: 42,
+            fsync: "never".into(),
+            test1: Vec::new(),
+            test2: None,
+            scale: None,
+            zero_latency: Some(zl),
+            machine: "m".into(),
+            date: "d".into(),
+            mem_total_bytes: None,
+            fsmem_fs: "ext4".into(),
+            wall_seconds: 1.0,
+        };
+        let md = alone.markdown();
+        assert!(!md.contains("### Test 1"), "{md}");
+        assert!(
+            md.contains("- Zero-latency mode under 5 ms max: 5.00 ms (DRAM), 4.50 ms (fsmem) at 48,000 updates/s"),
+            "{md}"
+        );
+        assert!(!md.contains("50 ms tp timer"), "{md}");
+    }
+
     #[test]
     fn every_heading_of_the_section_starts_its_own_paragraph() {
         let report = StackReport {
@@ -1704,6 +1988,7 @@ mod tests {
             }],
             test2: None,
             scale: Some(scale_run()),
+            zero_latency: Some(zero_latency_runs()),
             machine: "m".into(),
             date: "d".into(),
             mem_total_bytes: None,
@@ -1712,6 +1997,7 @@ mod tests {
         };
         let md = report.markdown();
         assert!(md.contains("### The study's scale on one stack"), "{md}");
+        assert!(md.contains("### Zero latency at 48,000 updates/s"), "{md}");
         for (at, _) in md.match_indices("\n#") {
             assert!(
                 md[..at].ends_with('\n'),
