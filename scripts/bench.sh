@@ -44,8 +44,8 @@
 # heading to the next; appended when absent), the rest of the file (the SQL
 # section included) kept, with a note under the header saying what was
 # regenerated, when, and on which machine if it differs from the file's
-# Machine section. Run the binary directly, not this script (which always
-# runs everything and then appends the SQL section):
+# Machine section. `scripts/bench.sh --only SECTION` regenerates one of the
+# report's sections and stops there; each of these regenerates one part:
 #
 #   cargo build --release -p tickdb
 #   .venv/bin/python scripts/bench_history.py [--quick] --out docs/benchmarks.md
@@ -90,6 +90,13 @@ if ! command -v etcd >/dev/null 2>&1; then
 fi
 cargo build --release -p tickdb
 target/release/tickdb bench report "$@"
+# One section (--only SECTION) is the report's alone: the Python parts below
+# regenerate sections of their own and take no --only.
+for arg in "$@"; do
+    if [[ "$arg" == --only || "$arg" == --only=* ]]; then
+        exit 0
+    fi
+done
 .venv/bin/python scripts/bench_query.py "$@" --append docs/benchmarks.md
 .venv/bin/python scripts/bench_monitor.py "$@" --out docs/benchmarks.md
 .venv/bin/python scripts/bench_history.py "$@" --out docs/benchmarks.md
