@@ -133,8 +133,8 @@ pub struct StackOptions {
     /// `prestress` and the first of `timers`) instead of Tests 1 and 2.
     pub scale: bool,
     /// Runs of zero latency at the study's rate per placement, one stack
-    /// at a time (at `rate`, `seconds`, `prestress` and the first of
-    /// `timers`), instead of Tests 1 and 2; 0: not this mode.
+    /// at a time (at `rate`, `seconds`, `prestress` and
+    /// `ZERO_LATENCY_TIMERS`), instead of Tests 1 and 2; 0: not this mode.
     pub zero_latency: usize,
 }
 
@@ -678,7 +678,7 @@ fn zero_latency_runs(
     pb: &ProgressBar,
 ) -> Result<ZeroLatencyRuns> {
     let t0 = Instant::now();
-    let timers = o.timers.first().copied().unwrap_or(ZERO_LATENCY_TIMERS);
+    let timers = ZERO_LATENCY_TIMERS;
     let (mut dram, mut fsmem) = (Vec::new(), Vec::new());
     for run in 1..=o.zero_latency {
         for placement in [Placement::Dram, Placement::Fsmem] {
@@ -1398,16 +1398,19 @@ impl StackReport {
                 )
             })
             .unwrap_or_default();
+        let zl_clause = if zl.is_empty() {
+            String::new()
+        } else {
+            format!("; {zl}")
+        };
         match at(0) {
             Some(r) => s.push_str(&format!(
-                "- Zero-latency mode under 5 ms max: {} (DRAM), {} (fsmem), {rate} (two stacks on the machine's cores at once){scale0}{}.\n",
+                "- Zero-latency mode under 5 ms max: {} (DRAM), {} (fsmem), {rate} (two stacks on the machine's cores at once){scale0}{zl_clause}.\n",
                 ms(r.dram.max_latency_ms()),
                 ms(r.fsmem.max_latency_ms()),
-                if zl.is_empty() { String::new() } else { format!("; {zl}") }
             )),
             None if !scale0.is_empty() || !zl.is_empty() => s.push_str(&format!(
-                "- Zero-latency mode under 5 ms max{scale0}{}.\n",
-                if zl.is_empty() { String::new() } else { format!("; {zl}") }
+                "- Zero-latency mode under 5 ms max{scale0}{zl_clause}.\n"
             )),
             None => s.push_str("- Zero-latency mode: not measured (no tp timer 0 scenario).\n"),
         }
