@@ -323,9 +323,11 @@ def test_bench_stack_zero_latency_runs_one_stack_at_a_time(tmp_path):
         assert len(cells[1].split(", ")) == 2 and "n/a" not in row[0], row
     assert "- Zero-latency mode under 5 ms max: " in md and "the median of 2 runs each" in md, md
     # Its own mode: no Test 1 timers, no --scale beside it, at least one run.
-    for bad in (["--zero-latency", "0"], ["--zero-latency", "--scale"], ["--zero-latency", "--timers", "50:0"]):
+    for bad, why in ((["--zero-latency", "0"], "0 is not in 1.."),
+                     (["--zero-latency", "--scale"], "cannot be used with '--scale'"),
+                     (["--zero-latency", "--timers", "50:0"], "cannot be used with '--timers")):
         r = run(["bench", "stack", *bad, "--work-dir", str(tmp_path / "bad")], timeout=60)
-        assert r.returncode != 0 and r.stderr, (bad, r.stdout)
+        assert r.returncode != 0 and why in r.stderr, (bad, r.stderr)
 
 
 def test_bench_insert_reports_throughput_and_server_samples(tmp_path):

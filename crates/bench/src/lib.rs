@@ -1213,7 +1213,6 @@ fn stack_opts(a: &StackArgs) -> stack::StackOptions {
         o.rate = a.rate.unwrap_or(stack::SCALE_RATE);
         o.seconds = a.seconds.unwrap_or(stack::ZERO_LATENCY_SECONDS);
         o.prestress = a.prestress.unwrap_or(stack::ZERO_LATENCY_PRESTRESS_ROWS);
-        o.timers = vec![stack::ZERO_LATENCY_TIMERS];
     } else if a.scale {
         // The study's sizes unless given; --full makes it the study's 30
         // minutes.
