@@ -19,6 +19,7 @@ use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, DictionaryArray, RecordBatch, RecordBatchOptions,
     UInt32Array,
 };
+use datafusion::arrow::buffer::BooleanBuffer;
 use datafusion::arrow::compute::{filter_record_batch, interleave, take};
 use datafusion::arrow::datatypes::{
     DataType, SchemaRef, TimeUnit, TimestampNanosecondType, UInt32Type,
@@ -284,16 +285,20 @@ fn filter_syms(
             DataFusionError::Internal("symbol column is not Dictionary(UInt32, Utf8)".into())
         })?;
     let keys = dict.keys();
-    let mask: BooleanArray = if keys.null_count() == 0 {
-        keys.values()
-            .iter()
-            .map(|k| Some(ids.binary_search(k).is_ok()))
-            .collect()
-    } else {
-        keys.iter()
-            .map(|k| Some(k.is_some_and(|k| ids.binary_search(&k).is_ok())))
-            .collect()
+    let values = keys.values();
+    // Built 64 rows to a word, with no per-row Option: the active chunk
+    // holds up to a chunk's rows, and one symbol's query (a monitor's
+    // poll) filters all of them. One symbol is compared directly.
+    let wanted = match ids {
+        [id] => BooleanBuffer::collect_bool(values.len(), |i| values[i] == *id),
+        _ => BooleanBuffer::collect_bool(values.len(), |i| ids.binary_search(&values[i]).is_ok()),
     };
+    // A null key (no symbol) is never selected.
+    let wanted = match keys.nulls() {
+        Some(valid) if valid.null_count() > 0 => &wanted & valid.inner(),
+        _ => wanted,
+    };
+    let mask = BooleanArray::new(wanted, None);
     Ok(filter_record_batch(&batch, &mask)?)
 }
 
@@ -820,5 +825,66 @@ impl TableProvider for TickTable {
             batch_rows,
             self.target_partitions,
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::{Int64Array, StringArray};
+    use datafusion::arrow::datatypes::{Field, Schema};
+
+    /// A batch of (sym, n) with the given symbol keys (None: null) over a
+    /// dictionary of four symbols, n the row number.
+    fn batch(keys: &[Option<u32>]) -> RecordBatch {
+        let dict = DictionaryArray::<UInt32Type>::try_new(
+            UInt32Array::from(keys.to_vec()),
+            Arc::new(StringArray::from(vec!["A", "B", "C", "D"])),
+        )
+        .expect("dictionary");
+        let n = Int64Array::from_iter_values(0..keys.len() as i64);
+        let schema = Schema::new(vec![
+            Field::new("sym", dict.data_type().clone(), true),
+            Field::new("n", DataType::Int64, false),
+        ]);
+        RecordBatch::try_new(Arc::new(schema), vec![Arc::new(dict), Arc::new(n)]).expect("batch")
+    }
+
+    fn rows_of(b: &RecordBatch) -> Vec<i64> {
+        b.column(b.num_columns() - 1)
+            .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+            .values()
+            .to_vec()
+    }
+
+    /// The active chunk's pass keeps exactly the rows of the selected
+    /// symbols, in order, past a word of the mask (130 rows), with one
+    /// symbol and with several, and never a row without a symbol.
+    #[test]
+    fn the_active_chunk_keeps_the_selected_symbols_rows_and_no_null() {
+        let keys: Vec<Option<u32>> = (0..130u32)
+            .map(|i| if i % 7 == 0 { None } else { Some(i % 4) })
+            .collect();
+        let b = batch(&keys);
+        let want = |ids: &[u32]| -> Vec<i64> {
+            (0..keys.len())
+                .filter(|&i| keys[i].is_some_and(|k| ids.contains(&k)))
+                .map(|i| i as i64)
+                .collect()
+        };
+        for ids in [&[2u32][..], &[0, 3], &[1, 2, 3], &[]] {
+            let got = filter_syms(&b, 0, ids, None).expect("filter");
+            assert_eq!(rows_of(&got), want(ids), "ids {ids:?}");
+        }
+        let projected = filter_syms(&b, 0, &[1], Some(&vec![1])).expect("projected");
+        assert_eq!(projected.num_columns(), 1);
+        assert_eq!(rows_of(&projected), want(&[1]));
+        // With no null key at all.
+        let full: Vec<Option<u32>> = (0..70u32).map(|i| Some(i % 4)).collect();
+        let got = filter_syms(&batch(&full), 0, &[3], None).expect("filter");
+        assert_eq!(
+            rows_of(&got),
+            (0..70).filter(|i| i % 4 == 3).collect::<Vec<i64>>()
+        );
     }
 }
