@@ -859,7 +859,8 @@ mod tests {
 
     /// The active chunk's pass keeps exactly the rows of the selected
     /// symbols, in order, past a word of the mask (130 rows), with one
-    /// symbol and with several, and never a row without a symbol.
+    /// symbol and with several, in a slice too, and never a row without a
+    /// symbol.
     #[test]
     fn the_active_chunk_keeps_the_selected_symbols_rows_and_no_null() {
         let keys: Vec<Option<u32>> = (0..130u32)
@@ -879,6 +880,14 @@ mod tests {
         let projected = filter_syms(&b, 0, &[1], Some(&vec![1])).expect("projected");
         assert_eq!(projected.num_columns(), 1);
         assert_eq!(rows_of(&projected), want(&[1]));
+        // A time window's slice (not at a word boundary), null keys in it.
+        let part = b.slice(3, 100);
+        let got = filter_syms(&part, 0, &[0, 2], None).expect("slice");
+        let want_part: Vec<i64> = want(&[0, 2])
+            .into_iter()
+            .filter(|&r| (3..103).contains(&r))
+            .collect();
+        assert_eq!(rows_of(&got), want_part);
         // With no null key at all.
         let full: Vec<Option<u32>> = (0..70u32).map(|i| Some(i % 4)).collect();
         let got = filter_syms(&batch(&full), 0, &[3], None).expect("filter");
