@@ -14,7 +14,13 @@ pub struct TpLoginArgs {
     pub tp_user: Option<String>,
     /// Password of --tp-user. Prefer its environment variable,
     /// TICKDB_TP_PASSWORD, which keeps it out of `ps`.
-    #[arg(long, value_name = "PASSWORD", requires = "tp_user")]
+    // A password may begin with `-`: take it as the value, not a flag.
+    #[arg(
+        long,
+        value_name = "PASSWORD",
+        requires = "tp_user",
+        allow_hyphen_values = true
+    )]
     pub tp_password: Option<String>,
     /// Connect to the tp's subscription port with TLS, trusting the CA
     /// certificates (PEM) in FILE: needed when the tp has --tls-cert, whose
@@ -37,5 +43,24 @@ impl TpLoginArgs {
             tickdb_net::follow::set_login(u.clone(), p.clone());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TpLoginArgs;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        login: TpLoginArgs,
+    }
+
+    #[test]
+    fn a_password_that_begins_with_a_hyphen_is_a_value_not_a_flag() {
+        let cli =
+            Cli::try_parse_from(["rdb", "--tp-user", "u", "--tp-password", "-p"]).expect("parses");
+        assert_eq!(cli.login.tp_password.as_deref(), Some("-p"));
     }
 }
