@@ -25,7 +25,9 @@ if [[ "${1:-}" == "--long" ]]; then
     fuzz_seconds=60
     shift
 fi
-banner() { printf '\n=== %s ===\n' "$*"; }
+# Each banner says how long the suite has run, so a slow CI run shows
+# which step took the time.
+banner() { printf '\n=== %s (at %d s) ===\n' "$*" "$SECONDS"; }
 
 banner "Python environment (.venv)"
 if [[ ! -x .venv/bin/python ]]; then
@@ -57,4 +59,5 @@ fi
 
 banner "Python integration tests"
 export TICKDB_BIN="$PWD/target/debug/tickdb"
-exec .venv/bin/python -m pytest -q tests/ "$@"
+# --durations: the slowest tests, for when the suite grows slow.
+exec .venv/bin/python -m pytest -q --durations=10 tests/ "$@"
