@@ -13,7 +13,7 @@ use crate::disk::{self, MB};
 use crate::error::{BenchError, Result};
 use crate::http::request_json;
 use crate::servers::{self, Tickdb};
-use crate::stats::{si, Samples};
+use crate::stats::{si, Samples, NOISY_SPREAD};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use std::path::Path;
@@ -496,12 +496,29 @@ impl RestartReport {
             .map(|x| store / x);
         let raw = median(&self.raw_read_mb_s);
         if let (Some(r), Some(raw)) = (reload_mb_s, raw) {
+            let raws = Samples(self.raw_read_mb_s.clone());
+            // The spread is said in words here: a bare `*` inside the
+            // sentence would mark nothing the reader was told about.
+            let spread = match (raws.noisy(), raws.min(), raws.max()) {
+                (true, Some(lo), Some(hi)) => format!(
+                    " The raw reads spread {:.1}× from slowest to fastest (over {NOISY_SPREAD}×): \
+                     the disk was noisy, so read the percentage as rough.",
+                    hi / lo
+                ),
+                _ => String::new(),
+            };
             s.push_str(&format!(
                 "\nThe store's reload (Hot Restart, trimmed journal) read its {store:.0} MB at {r:.0} MB/s; a raw \
                  cold read of the same files with the same {} threads, in the same run, {} MB/s: **{:.0}%** of \
-                 it.\n",
+                 it.{spread}\n",
                 o.parallelism,
-                Samples(self.raw_read_mb_s.clone()).describe(|x| format!("{x:.0}")),
+                raws.median()
+                    .map(|m| format!(
+                        "{m:.0} ({:.0}–{:.0})",
+                        raws.min().unwrap_or(m),
+                        raws.max().unwrap_or(m)
+                    ))
+                    .unwrap_or_else(|| "n/a".into()),
                 100.0 * r / raw
             ));
         }
