@@ -282,6 +282,49 @@ def test_pg_cancel_and_statement_timeout(cluster):
         assert c.execute("select 1").fetchone() == (1,)
 
 
+def test_pg_cancel_reaches_its_query_while_queries_hold_every_query_thread(cluster):
+    """A cancel request was served on the query threads, so with every one
+    busy it waited for the query it was meant to stop (4 s and more for a
+    nested-loop join, until the 30 s deadline for a cross join)."""
+    db = cluster.up()
+    load_trades(db, 30_000)
+    slow = "select sum(a.size * b.size) from trade a cross join trade b where a.price > b.price"
+    conns = [pg(db) for _ in range(2)]  # as many queries as the node has query threads
+    outcomes: list = [None, None]
+
+    def run(i):
+        t = time.monotonic()
+        try:
+            conns[i].execute(slow)
+            outcomes[i] = ("finished", time.monotonic() - t)
+        except psycopg.errors.QueryCanceled:
+            outcomes[i] = ("cancelled", time.monotonic() - t)
+        except Exception as e:  # noqa: BLE001 - reported below
+            outcomes[i] = (repr(e), time.monotonic() - t)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    try:
+        for th in threads:
+            th.start()
+        time.sleep(1.0)
+        assert db.status()["queries"]["running"] == 2, db.status()["queries"]
+        for i, c in enumerate(conns):
+            t = time.monotonic()
+            c.cancel()
+            threads[i].join(timeout=30)
+            waited = time.monotonic() - t
+            assert outcomes[i] is not None and outcomes[i][0] == "cancelled", outcomes
+            assert waited < 3, f"query {i} stopped {waited:.2f} s after its cancel"
+        # Both connections serve again.
+        for c in conns:
+            assert c.execute("select 1").fetchone() == (1,)
+    finally:
+        for th in threads:
+            th.join(timeout=60)
+        for c in conns:
+            c.close()
+
+
 def test_pg_limits(cluster):
     """PostgreSQL messages had no size limit (a 50 MB literal was
     accepted), and idle or half-open sessions were held forever."""

@@ -549,9 +549,10 @@ fn start_ipc(acceptor: Option<Acceptor>, node: &Arc<Node>, a: &IpcArgs, pg: Opti
     }
 }
 
-/// Serves PostgreSQL on the query threads.
+/// Serves PostgreSQL: accepts (and answers cancel requests) on the node's
+/// runtime, runs each session on the query threads.
 fn start_pg(acceptor: Acceptor, engine: &QueryEngine, pg: &PgArgs, node: &Node) {
-    engine.runtime().spawn(tickdb_query::pg::serve(
+    tokio::spawn(tickdb_query::pg::serve(
         acceptor,
         engine.clone(),
         pg.options(&node.security()),

@@ -131,7 +131,11 @@ impl PgOptions {
 
 /// Serves the PostgreSQL protocol on the connections `acceptor` hands over
 /// until it is done (the node drains) or the task is dropped. Spawn it on
-/// the engine's query threads (`QueryEngine::runtime`). When the node
+/// the node's own runtime, not the query threads: it accepts there and
+/// answers cancel requests there (`cancel::answer_cancel_request`), so a
+/// cancel reaches its query even while queries hold every query thread;
+/// every other connection is served on the engine's query threads
+/// (`QueryEngine::runtime`). When the node
 /// drains, every session ends politely as PostgreSQL's smart shutdown
 /// does: an idle one at once, a busy one after its query's answer, each
 /// with FATAL 57P01 ("terminating connection due to administrator
@@ -142,6 +146,7 @@ pub async fn serve(
     opts: PgOptions,
 ) {
     let connections = Arc::new(Connections::default());
+    let query_threads = engine.runtime().clone();
     let handlers = Arc::new(TickPgHandlers::new(
         engine,
         opts.auth.clone(),
@@ -151,24 +156,53 @@ pub async fn serve(
     let (drain, conns) = (acceptor.drain(), acceptor.conns());
     while let Some(accepted) = acceptor.accept().await {
         match accepted {
-            Ok((socket, peer)) => {
+            Ok((mut socket, peer)) => {
                 let _ = socket.set_nodelay(true);
-                let Ok(permit) = open.clone().try_acquire_owned() else {
-                    tracing::warn!(
-                        "pgwire: refusing {peer}: {} connections open (--pg-connections-max)",
-                        opts.connections_max
-                    );
-                    tokio::spawn(refuse(socket, opts.connections_max));
-                    continue;
-                };
                 let (h, c, limits) = (handlers.clone(), connections.clone(), opts.limits.clone());
                 let (drain, counted) = (drain.clone(), conns.enter());
+                let (open, query_threads, max) =
+                    (open.clone(), query_threads.clone(), opts.connections_max);
                 tokio::spawn(async move {
-                    if let Err(e) = connection::run(socket, h, c, limits, drain).await {
-                        tracing::debug!("pgwire connection {peer}: {e}");
+                    match cancel::answer_cancel_request(&mut socket, &c, limits.startup_timeout)
+                        .await
+                    {
+                        cancel::Opening::Done => return,
+                        cancel::Opening::Silent => {
+                            tracing::debug!(
+                                "pgwire connection {peer}: no startup message within the startup timeout"
+                            );
+                            return;
+                        }
+                        cancel::Opening::Startup => {}
                     }
-                    drop(permit);
-                    drop(counted);
+                    let Ok(permit) = open.try_acquire_owned() else {
+                        tracing::warn!(
+                            "pgwire: refusing {peer}: {max} connections open (--pg-connections-max)"
+                        );
+                        refuse(socket, max).await;
+                        return;
+                    };
+                    // Re-registered with the query threads' reactor: the
+                    // session's reads and writes are woken there, where
+                    // its queries run, not on the node's runtime.
+                    let socket = match socket.into_std() {
+                        Ok(s) => s,
+                        Err(e) => {
+                            tracing::debug!("pgwire connection {peer}: {e}");
+                            return;
+                        }
+                    };
+                    query_threads.spawn(async move {
+                        let run = match tokio::net::TcpStream::from_std(socket) {
+                            Ok(socket) => connection::run(socket, h, c, limits, drain).await,
+                            Err(e) => Err(e.to_string()),
+                        };
+                        if let Err(e) = run {
+                            tracing::debug!("pgwire connection {peer}: {e}");
+                        }
+                        drop(permit);
+                        drop(counted);
+                    });
                 });
             }
             Err(e) => {
@@ -297,13 +331,18 @@ impl TickPgHandlers {
                 Arc::new(DefaultServerParameterProvider::default()),
             ))),
             PgAuth::Password { user, password } => {
-                TickStartup::Md5(Box::new(Md5PasswordAuthStartupHandler::new(
-                    Arc::new(OneUser {
-                        user: user.clone(),
-                        password: password.clone(),
-                    }),
-                    Arc::new(DefaultServerParameterProvider::default()),
-                )))
+                // The shared generator: the library's own, made per
+                // handler, gave every connection the same process id.
+                TickStartup::Md5(Box::new(
+                    Md5PasswordAuthStartupHandler::new(
+                        Arc::new(OneUser {
+                            user: user.clone(),
+                            password: password.clone(),
+                        }),
+                        Arc::new(DefaultServerParameterProvider::default()),
+                    )
+                    .with_pid_secret_key_generator(self.keys.clone()),
+                ))
             }
         })
     }
