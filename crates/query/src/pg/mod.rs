@@ -158,10 +158,21 @@ pub async fn serve(
         match accepted {
             Ok((mut socket, peer)) => {
                 let _ = socket.set_nodelay(true);
-                let (h, c, limits) = (handlers.clone(), connections.clone(), opts.limits.clone());
+                // Taken at once, so that connections that say nothing count
+                // against the limit while they wait, cancel requests too.
+                let Ok(permit) = open.clone().try_acquire_owned() else {
+                    tracing::warn!(
+                        "pgwire: refusing {peer}: {} connections open (--pg-connections-max)",
+                        opts.connections_max
+                    );
+                    tokio::spawn(refuse(socket, opts.connections_max));
+                    continue;
+                };
+                let (h, c, mut limits) =
+                    (handlers.clone(), connections.clone(), opts.limits.clone());
                 let (drain, counted) = (drain.clone(), conns.enter());
-                let (open, query_threads, max) =
-                    (open.clone(), query_threads.clone(), opts.connections_max);
+                let query_threads = query_threads.clone();
+                let accepted_at = std::time::Instant::now();
                 tokio::spawn(async move {
                     match cancel::answer_cancel_request(&mut socket, &c, limits.startup_timeout)
                         .await
@@ -175,13 +186,9 @@ pub async fn serve(
                         }
                         cancel::Opening::Startup => {}
                     }
-                    let Ok(permit) = open.try_acquire_owned() else {
-                        tracing::warn!(
-                            "pgwire: refusing {peer}: {max} connections open (--pg-connections-max)"
-                        );
-                        refuse(socket, max).await;
-                        return;
-                    };
+                    // The startup timeout counts from the accept.
+                    limits.startup_timeout =
+                        limits.startup_timeout.saturating_sub(accepted_at.elapsed());
                     // Re-registered with the query threads' reactor: the
                     // session's reads and writes are woken there, where
                     // its queries run, not on the node's runtime.
