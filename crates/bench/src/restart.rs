@@ -512,13 +512,7 @@ impl RestartReport {
                  cold read of the same files with the same {} threads, in the same run, {} MB/s: **{:.0}%** of \
                  it.{spread}\n",
                 o.parallelism,
-                raws.median()
-                    .map(|m| format!(
-                        "{m:.0} ({:.0}–{:.0})",
-                        raws.min().unwrap_or(m),
-                        raws.max().unwrap_or(m)
-                    ))
-                    .unwrap_or_else(|| "n/a".into()),
+                raws.range(|x| format!("{x:.0}")),
                 100.0 * r / raw
             ));
         }

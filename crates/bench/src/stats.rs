@@ -55,14 +55,21 @@ impl Samples {
 
     /// "1.23M (1.10M–1.30M)", with a `*` when noisy.
     pub fn describe(&self, fmt: fn(f64) -> String) -> String {
+        let mark = if self.0.len() > 1 && self.noisy() {
+            " *"
+        } else {
+            ""
+        };
+        format!("{}{mark}", self.range(fmt))
+    }
+
+    /// "1.23M (1.10M–1.30M)", without the mark (for a sentence that says
+    /// the spread in words).
+    pub fn range(&self, fmt: fn(f64) -> String) -> String {
         match (self.median(), self.min(), self.max()) {
-            (Some(m), Some(lo), Some(hi)) if self.0.len() > 1 => format!(
-                "{} ({}–{}){}",
-                fmt(m),
-                fmt(lo),
-                fmt(hi),
-                if self.noisy() { " *" } else { "" }
-            ),
+            (Some(m), Some(lo), Some(hi)) if self.0.len() > 1 => {
+                format!("{} ({}–{})", fmt(m), fmt(lo), fmt(hi))
+            }
             (Some(m), _, _) => fmt(m),
             _ => "n/a".into(),
         }

@@ -298,10 +298,7 @@ impl QueryPorts {
             // A port that stayed while another left (it was the only
             // listener at that moment) is tried again each period while
             // the member stays busy, not only when every port is in.
-            let present = self
-                .all()
-                .iter()
-                .any(|p| p.shared() && p.ctl.is_open() && !p.away.load(Ordering::Relaxed));
+            let present = self.all().iter().any(|p| p.shared() && p.ctl.is_open());
             match reason {
                 Some(why) if present => {
                     if group::migrate_req() != Some(true) {

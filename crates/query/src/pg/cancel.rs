@@ -74,10 +74,15 @@ impl Connections {
         }
     }
 
-    fn cancel(&self, pid: i32, key: &SecretKey) -> bool {
+    /// Cancels the query of the connection `pid` and `key` name, if it
+    /// runs one. As in PostgreSQL, a request naming no connection (or an
+    /// idle one) is ignored.
+    fn cancel(&self, pid: i32, key: &SecretKey) {
         let k = (pid, key.to_bytes().to_vec());
         let slot = self.map.lock().get(&k).cloned();
-        slot.map(|s| s.cancel()).unwrap_or(false)
+        if slot.is_some_and(|s| s.cancel()) {
+            tracing::info!("pgwire: query of connection {pid} cancelled by its client");
+        }
     }
 }
 
@@ -117,12 +122,7 @@ pub struct TickCancel {
 #[async_trait]
 impl CancelHandler for TickCancel {
     async fn on_cancel_request(&self, r: CancelRequest) {
-        if self.connections.cancel(r.pid, &r.secret_key) {
-            tracing::info!(
-                "pgwire: query of connection {} cancelled by its client",
-                r.pid
-            );
-        }
+        self.connections.cancel(r.pid, &r.secret_key);
     }
 }
 
@@ -179,9 +179,7 @@ pub async fn answer_cancel_request(
     let pid = be(8);
     let secret = &packet[CANCEL_REQUEST_HEAD_BYTES..];
     let key = SecretKey::Bytes(bytes::Bytes::copy_from_slice(secret));
-    if connections.cancel(pid, &key) {
-        tracing::info!("pgwire: query of connection {pid} cancelled by its client");
-    }
+    connections.cancel(pid, &key);
     Opening::Done
 }
 
