@@ -290,6 +290,8 @@ def test_pg_cancel_reaches_its_query_while_queries_hold_every_query_thread(clust
     load_trades(db, 30_000)
     slow = "select sum(a.size * b.size) from trade a cross join trade b where a.price > b.price"
     conns = [pg(db) for _ in range(2)]  # as many queries as the node has query threads
+    # Each session has a process id of its own (password sessions all had 100000).
+    assert conns[0].info.backend_pid != conns[1].info.backend_pid
     outcomes: list = [None, None]
 
     def run(i):
