@@ -332,3 +332,8 @@ def test_bench_restart_brings_back_every_row_three_ways(tmp_path):
     for k in ("hot_whole_journal", "hot_trimmed_journal"):
         assert len(rep[k]["reload_secs"]) == 1 and len(rep[k]["restore_secs"]) == 1
     assert rep["full_replay"]["reload_secs"] == []
+    # The raw read and the mapped read (the reload's own way of reading)
+    # of the store, one each per repeat, both reported.
+    assert len(rep["raw_read_mb_s"]) == 1 and rep["raw_read_mb_s"][0] > 0, rep
+    assert len(rep["mapped_read_mb_s"]) == 1 and rep["mapped_read_mb_s"][0] > 0, rep
+    assert "of a cold mapped read" in targets and "mapping it whole, populated" in md, md

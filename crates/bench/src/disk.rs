@@ -115,6 +115,72 @@ impl ColdReads {
 /// MB/s). Call `evict` first for a cold read.
 pub fn read_files(files: &[PathBuf], threads: usize) -> Result<(u64, f64)> {
     use std::io::Read;
+    each_file(files, threads, |f, bytes| {
+        let mut buf = vec![0u8; RAW_READ_BLOCK_BYTES];
+        let mut file =
+            std::fs::File::open(f).map_err(BenchError::io(format!("opening {}", f.display())))?;
+        loop {
+            let n = file
+                .read(&mut buf)
+                .map_err(BenchError::io(format!("reading {}", f.display())))?;
+            if n == 0 {
+                return Ok(());
+            }
+            bytes.fetch_add(n as u64, Ordering::Relaxed);
+        }
+    })
+}
+
+/// A mapped read of `files`, as `read_files` but each file mapped whole,
+/// read-only and populated (`mmap` with `MAP_POPULATE`: the kernel reads
+/// it into the page cache and maps every page), then unmapped. This is how
+/// a Hot Restart reload reads a chunk file before it checks a byte of it,
+/// so it is that reload's floor on this disk. Call `evict` first.
+pub fn map_files(files: &[PathBuf], threads: usize) -> Result<(u64, f64)> {
+    use std::os::fd::AsRawFd;
+    each_file(files, threads, |f, bytes| {
+        let file =
+            std::fs::File::open(f).map_err(BenchError::io(format!("opening {}", f.display())))?;
+        let len = file
+            .metadata()
+            .map_err(BenchError::io(format!("stat {}", f.display())))?
+            .len() as usize;
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: a fresh read-only mapping of an open file, never
+        // dereferenced here, unmapped below with the same length.
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                file.as_raw_fd(),
+                0,
+            );
+            if p == libc::MAP_FAILED {
+                return Err(BenchError::Server(format!(
+                    "mapping {}: {}",
+                    f.display(),
+                    std::io::Error::last_os_error()
+                )));
+            }
+            libc::munmap(p, len);
+        }
+        bytes.fetch_add(len as u64, Ordering::Relaxed);
+        Ok(())
+    })
+}
+
+/// Runs `one` on every file of `files` from `threads` threads, each taking
+/// whole files from a shared queue, largest first; `one` adds the bytes it
+/// read. Returns (bytes, MB/s over the whole run).
+fn each_file(
+    files: &[PathBuf],
+    threads: usize,
+    one: impl Fn(&Path, &AtomicU64) -> Result<()> + Sync,
+) -> Result<(u64, f64)> {
     let mut sized: Vec<(u64, &PathBuf)> = files
         .iter()
         .map(|f| (std::fs::metadata(f).map(|m| m.len()).unwrap_or(0), f))
@@ -127,23 +193,12 @@ pub fn read_files(files: &[PathBuf], threads: usize) -> Result<(u64, f64)> {
         let hs: Vec<_> = (0..threads.max(1))
             .map(|_| {
                 s.spawn(|| -> Result<()> {
-                    let mut buf = vec![0u8; RAW_READ_BLOCK_BYTES];
                     loop {
                         child::check_interrupt()?;
                         let Some((_, f)) = sized.get(next.fetch_add(1, Ordering::Relaxed)) else {
                             return Ok(());
                         };
-                        let mut file = std::fs::File::open(f)
-                            .map_err(BenchError::io(format!("opening {}", f.display())))?;
-                        loop {
-                            let n = file
-                                .read(&mut buf)
-                                .map_err(BenchError::io(format!("reading {}", f.display())))?;
-                            if n == 0 {
-                                break;
-                            }
-                            bytes.fetch_add(n as u64, Ordering::Relaxed);
-                        }
+                        one(f, &bytes)?;
                     }
                 })
             })
