@@ -1326,8 +1326,14 @@ impl StackReport {
             rates.iter().copied().reduce(f64::min),
             rates.iter().copied().reduce(f64::max),
         ) {
+            // Rounded alike, a range of one value reads as that value.
+            let range = if format!("{lo:.0}") == format!("{hi:.0}") {
+                format!("{lo:.0}")
+            } else {
+                format!("{lo:.0}–{hi:.0}")
+            };
             s.push_str(&format!(
-                "\nAchieved feed rates: {lo:.0}–{hi:.0} updates/s per stack (target {}).\n",
+                "\nAchieved feed rates: {range} updates/s per stack (target {}).\n",
                 self.rate
             ));
         }
