@@ -115,13 +115,14 @@ impl ColdReads {
 /// MB/s). Call `evict` first for a cold read.
 pub fn read_files(files: &[PathBuf], threads: usize) -> Result<(u64, f64)> {
     use std::io::Read;
-    each_file(files, threads, |f, bytes| {
-        let mut buf = vec![0u8; RAW_READ_BLOCK_BYTES];
+    each_file(files, threads, |f, bytes, buf| {
+        // One buffer per thread, allocated once: the read measures the disk.
+        buf.resize(RAW_READ_BLOCK_BYTES, 0);
         let mut file =
             std::fs::File::open(f).map_err(BenchError::io(format!("opening {}", f.display())))?;
         loop {
             let n = file
-                .read(&mut buf)
+                .read(buf)
                 .map_err(BenchError::io(format!("reading {}", f.display())))?;
             if n == 0 {
                 return Ok(());
@@ -138,7 +139,7 @@ pub fn read_files(files: &[PathBuf], threads: usize) -> Result<(u64, f64)> {
 /// so it is that reload's floor on this disk. Call `evict` first.
 pub fn map_files(files: &[PathBuf], threads: usize) -> Result<(u64, f64)> {
     use std::os::fd::AsRawFd;
-    each_file(files, threads, |f, bytes| {
+    each_file(files, threads, |f, bytes, _| {
         let file =
             std::fs::File::open(f).map_err(BenchError::io(format!("opening {}", f.display())))?;
         let len = file
@@ -175,11 +176,12 @@ pub fn map_files(files: &[PathBuf], threads: usize) -> Result<(u64, f64)> {
 
 /// Runs `one` on every file of `files` from `threads` threads, each taking
 /// whole files from a shared queue, largest first; `one` adds the bytes it
-/// read. Returns (bytes, MB/s over the whole run).
+/// read, and may keep a buffer in its thread's scratch `Vec` from one file
+/// to the next. Returns (bytes, MB/s over the whole run).
 fn each_file(
     files: &[PathBuf],
     threads: usize,
-    one: impl Fn(&Path, &AtomicU64) -> Result<()> + Sync,
+    one: impl Fn(&Path, &AtomicU64, &mut Vec<u8>) -> Result<()> + Sync,
 ) -> Result<(u64, f64)> {
     let mut sized: Vec<(u64, &PathBuf)> = files
         .iter()
@@ -193,12 +195,13 @@ fn each_file(
         let hs: Vec<_> = (0..threads.max(1))
             .map(|_| {
                 s.spawn(|| -> Result<()> {
+                    let mut scratch = Vec::new();
                     loop {
                         child::check_interrupt()?;
                         let Some((_, f)) = sized.get(next.fetch_add(1, Ordering::Relaxed)) else {
                             return Ok(());
                         };
-                        one(f, &bytes)?;
+                        one(f, &bytes, &mut scratch)?;
                     }
                 })
             })
