@@ -21,6 +21,7 @@
 //!   standby's follower
 //! - `eod`, `eod_clock`: end of day (the Parquet history it writes,
 //!   its schedule and time zone)
+//! - `malloc`: the C allocator's thresholds, set at process start
 //! - `embedded_rdb`, `persist`, `demo_feed`: the rdb inside `up`, Hot
 //!   Restart wiring, and the built-in simulated feed
 
@@ -39,6 +40,7 @@ pub mod http_server;
 pub mod ipc;
 pub mod leader;
 pub mod lifecycle;
+pub mod malloc;
 pub mod node;
 mod persist;
 pub mod query_group;

@@ -166,6 +166,8 @@ fn exit(r: Result<(), tickdb_stack::StackError>) -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    // Before any thread starts: the allocator's thresholds for every role.
+    tickdb_node::malloc::tune();
     let root = config_file::with_env(Cli::command());
     let matches = match config_file::resolve(&root, std::env::args_os().collect()) {
         Ok(m) => m,
