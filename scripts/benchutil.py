@@ -1,6 +1,7 @@
 """What the Python benchmarks share: free loopback ports, loading a
-DataFrame into a server through the `questdb` ILP client, and replacing one
-section of docs/benchmarks.md in place."""
+DataFrame into a server through the `questdb` ILP client, waiting for the
+machine to be quiet before timing, and replacing one section of
+docs/benchmarks.md in place."""
 
 from __future__ import annotations
 
@@ -20,6 +21,40 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# A machine counts as quiet when a SETTLE_WINDOW_S window of /proc/stat has
+# at least SETTLE_IDLE of its CPU time idle; settle() waits at most
+# SETTLE_WAIT_MAX_S for one.
+SETTLE_IDLE = 0.9
+SETTLE_WINDOW_S = 0.5
+SETTLE_WAIT_MAX_S = 30.0
+
+
+def _cpu_times() -> tuple[int, int]:
+    """(idle, total) jiffies of all CPUs since boot, from /proc/stat."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    # user nice system idle iowait irq softirq steal (guest time is in user)
+    idle = fields[3] + fields[4]
+    return idle, sum(fields[:8])
+
+
+def settle() -> tuple[float, float]:
+    """Waits until the machine is quiet (see SETTLE_IDLE), so that a
+    system is not timed while another one (a JVM compiling or collecting,
+    a server still merging what it was loaded with) works on the same
+    cores. Returns (seconds waited, idle share of the last window): a share
+    under SETTLE_IDLE means it gave up after SETTLE_WAIT_MAX_S."""
+    t0 = time.monotonic()
+    while True:
+        i0, n0 = _cpu_times()
+        time.sleep(SETTLE_WINDOW_S)
+        i1, n1 = _cpu_times()
+        idle = (i1 - i0) / max(1, n1 - n0)
+        waited = time.monotonic() - t0
+        if idle >= SETTLE_IDLE or waited >= SETTLE_WAIT_MAX_S:
+            return waited, idle
 
 
 def load_ilp(http_port: int, df: pd.DataFrame, table: str,
