@@ -137,9 +137,7 @@ def main() -> int:
               f"(as in the SQL section). Each system is timed once the machine is quiet (a "
               f"{benchutil.SETTLE_WINDOW_S:g} s window with at least {benchutil.SETTLE_IDLE:.0%} of the CPU idle, "
               f"waited for up to {benchutil.SETTLE_WAIT_MAX_S:.0f} s), not while the work of the system timed before "
-              f"it winds down (QuestDB's JVM, DuckDB's threads, on the same cores): timed straight after, "
-              f"tickdb's answer for the median symbol measured 4.4 and 5.4 ms in two runs of 2026-11-28, "
-              f"against 2.8 ms with the wait. "
+              f"it winds down (QuestDB's JVM, DuckDB's threads, on the same cores). "
               + (f"**The machine did not get quiet** before timing {', '.join(busy)}. " if busy else "")
               + f"Load average {load_before:.2f} when the benchmark started"
               f"{' (noisy: over half the cores were busy with other work)' if load_before > cores * 0.5 else ''}, "

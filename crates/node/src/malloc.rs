@@ -8,7 +8,7 @@
 //! quotes on a 50M-row rdb) allocates and frees tens of megabytes each
 //! time on the query threads, and each run then faulted thousands of pages
 //! back in, zeroed by the kernel: measured 5,000 to 6,000 page faults a
-//! query and a 10–20% longer median, with its spread.
+//! query and a 10–15% longer median.
 //!
 //! `tune` fixes the thresholds where glibc's own adjustment ends up:
 //! blocks up to `MMAP_THRESHOLD_BYTES` come from the arenas and are
