@@ -8,9 +8,11 @@ The section must replace itself in place."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from harness import BIN
@@ -41,3 +43,25 @@ def test_bench_monitor_agrees_with_duckdb_and_writes_its_section_once(tmp_path):
     assert "| most active (S0000) |" in section and "| median (S0500) |" in section, section
     # The sections around it are untouched.
     assert md.count("## SQL") == 1 and md.count("## End of day and history") == 1
+
+
+def test_settle_says_when_the_machine_stays_busy(monkeypatch):
+    """benchutil.settle, which the benchmark waits on before timing each
+    system, must see CPU work on every core and give up, saying so, after
+    its longest wait: one busy process per core keeps it below its idle
+    threshold."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import benchutil
+
+    monkeypatch.setattr(benchutil, "SETTLE_WAIT_MAX_S", 1.0)
+    cores = len(os.sched_getaffinity(0))
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores)]
+    try:
+        time.sleep(0.3)
+        waited, idle = benchutil.settle()
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    assert idle < benchutil.SETTLE_IDLE, idle
+    assert 1.0 <= waited < 5.0, waited

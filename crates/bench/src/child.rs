@@ -212,12 +212,7 @@ mod tests {
     use super::*;
 
     fn rss_bytes() -> u64 {
-        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map_or(0, |kb| kb * 1024)
+        tickdb_stack::procfs::self_mem().map_or(0, |m| m.rss_bytes)
     }
 
     #[test]
