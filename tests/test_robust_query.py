@@ -308,7 +308,12 @@ def test_pg_cancel_reaches_its_query_while_queries_hold_every_query_thread(clust
     try:
         for th in threads:
             th.start()
-        time.sleep(1.0)
+        # Both queries hold a query thread before the cancels. Polled, not
+        # a fixed sleep: on a loaded machine the second session's statement
+        # took over a second to be admitted.
+        deadline = time.monotonic() + 15
+        while db.status()["queries"]["running"] < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert db.status()["queries"]["running"] == 2, db.status()["queries"]
         for i, c in enumerate(conns):
             t = time.monotonic()
