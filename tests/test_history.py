@@ -617,13 +617,17 @@ def test_queries_spanning_today_and_history_equal_duckdb_over_the_same_rows(clus
     # dates back. Z trades today only and is never quoted.
     post(node, feed.batch(D1, 1200, syms=["A", "B", "C", "H"]))
     end_of_day(node, D1)
-    post(node, feed.batch(D2, 1200, syms=["A", "B", "C", "H"], quote_syms=["A", "B", "C"]))
+    d2 = feed.batch(D2, 1200, syms=["A", "B", "C", "H"], quote_syms=["A", "B", "C"])
+    # D2 closes with one trade per symbol early in a fresh second, and today's
+    # first trades follow within that same second, so one-second buckets hold
+    # rows of both whatever the random feed drew before; today's first trades
+    # come before any quote of today, so their prevailing quotes are in the HDB.
+    second = (feed.t // 10**9 + 1) * 10**9
+    d2 += [feed.trade(D2, second + 100_000_000 + 1_000_000 * i, s) for i, s in enumerate(["A", "B", "C", "H"])]
+    post(node, d2)
     end_of_day(node, D2)
     today = today_of(node)
-    # Today's first trades continue within the second of D2's last rows, so
-    # one-second buckets hold rows of both; they come before any quote of
-    # today, so their prevailing quotes are in the HDB.
-    last_hist_t = feed.t
+    last_hist_t = second + 200_000_000
     first = [feed.trade(today, last_hist_t + 1_000_000 * (i + 1), s) for i, s in enumerate(["A", "B", "C", "H"])]
     rest = feed.batch(today, 800, start=last_hist_t + 10_000_000, syms=["A", "B", "C", "H", "Z"], quote_syms=["A", "B", "C"])
     post(node, first + rest)
