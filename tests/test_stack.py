@@ -202,6 +202,15 @@ def test_agg_bars_equal_bars_computed_from_the_raw_trades(cluster, tmp_path, rng
     assert "test &lt;rdb&gt;" in (out / "latency.svg").read_text()
 
 
+def fmt_ms(x: float) -> str:
+    """A latency as the report writes it (`ms` in crates/bench/src/stack.rs)."""
+    if x >= 1000:
+        return f"{x / 1000:.2f} s"
+    if x >= 100:
+        return f"{x:.0f} ms"
+    return f"{x:.1f} ms" if x >= 10 else f"{x:.2f} ms"
+
+
 def stack_rows(md: str, label: str) -> list[str]:
     return [l for l in md.splitlines() if l.startswith(f"| {label} |")]
 
@@ -209,8 +218,9 @@ def stack_rows(md: str, label: str) -> list[str]:
 def test_bench_stack_report_has_every_row_and_plausible_latencies(tmp_path):
     out = tmp_path / "stack.json"
     r = run(["bench", "stack", "--seconds", "3", "--rate", "2000", "--prestress", "5000", "--symbols", "300",
-             "--timers", "200:50", "--fsmem-rdbs", "2", "--json", str(out), "--work-dir", str(tmp_path / "work")],
-            timeout=300)
+             "--timers", "200:50", "--fsmem-rdbs", "2", "--runs", "2", "--json", str(out),
+             "--work-dir", str(tmp_path / "work")],
+            timeout=420)
     assert r.returncode == 0, r.stderr[-3000:]
     md = r.stdout
     head1, head2 = "### Test 1: a DRAM rdb against an fsmem rdb", "### Test 2: 2 DRAM rdbs against 2 fsmem rdbs"
@@ -229,14 +239,24 @@ def test_bench_stack_report_has_every_row_and_plausible_latencies(tmp_path):
                   "Bytes in memory (tables in DRAM)", "Average query time", "Total queries per minute"):
         rows = stack_rows(test2, label)
         assert len(rows) == 1 and len(rows[0].split("|")) == 6, (label, test2)
-    assert "Aggregation check: in all 6 stacks" in md, md
+    # Two runs of everything: 2 + 4 stacks each.
+    assert "Aggregation check: in all 12 stacks" in md, md
     assert "Targets (reported, not asserted)" in md
 
     rep = json.loads(out.read_text())
     (t1,) = rep["test1"]
     t2 = rep["test2"]
-    stacks = [t1["dram"], t1["fsmem"], *t2["dram"], *t2["fsmem"]]
-    assert [s["placement"] for s in stacks] == ["dram", "fsmem", "dram", "dram", "fsmem", "fsmem"]
+    assert len(t1["dram"]) == len(t1["fsmem"]) == 2 and len(t2["runs"]) == 2
+    stacks = [*t1["dram"], *t1["fsmem"], *(s for run in t2["runs"] for s in run["dram"] + run["fsmem"])]
+    assert [s["placement"] for s in stacks] == ["dram"] * 2 + ["fsmem"] * 2 + ["dram", "dram", "fsmem", "fsmem"] * 2
+    # Each figure is the median of the runs: with two, the mean of both.
+    maxima = {p: [max(s["monitor"]["trade_latency_ms"]["max"], s["monitor"]["quote_latency_ms"]["max"])
+                  for s in t1[p]] for p in ("dram", "fsmem")}
+    cells = [c.strip() for c in stack_rows(test1, "Max latency")[0].split("|")[1:-1]]
+    for p, cell in (("dram", cells[3]), ("fsmem", cells[4])):
+        assert cell == fmt_ms(sum(maxima[p]) / 2), (p, cell, maxima[p])
+    assert "Each figure is the median over 2 runs of its scenario" in test1, test1
+    assert "Each figure is the median over 2 runs of Test 2" in test2, test2
     for s in stacks:
         m = s["monitor"]
         assert s["bars_ok"], s["bars_note"]
@@ -249,12 +269,12 @@ def test_bench_stack_report_has_every_row_and_plausible_latencies(tmp_path):
         assert m["asof_rows_last"] > 0
         assert s["feed"]["rate_achieved"] > 1500 and s["prestress"]["prestress_rows"] == 5000
     # With a 1 s tp timer the newest row is up to a second old: the timer is in effect.
-    assert max(s["monitor"]["quote_latency_ms"]["max"] for s in t2["dram"] + t2["fsmem"]) > 200
+    assert max(s["monitor"]["quote_latency_ms"]["max"] for run in t2["runs"] for s in run["dram"] + run["fsmem"]) > 200
     # fsmem rdbs keep their tables out of the DRAM domain. Symbol tables stay
     # in DRAM for every table (docs/schema.md), so an fsmem rdb's DRAM is
     # small but not nothing: here about 1/22 of the DRAM rdb's, a margin too
     # thin to assert at 1/20.
-    dram, fsmem = t1["dram"]["monitor"], t1["fsmem"]["monitor"]
+    dram, fsmem = t1["dram"][0]["monitor"], t1["fsmem"][0]["monitor"]
     assert dram["dram_bytes_max"] > 0 and fsmem["fsmem_bytes_max"] > 0
     assert fsmem["dram_bytes_max"] < dram["dram_bytes_max"] / 10, (dram, fsmem)
     assert fsmem["dram_bytes_max"] < fsmem["fsmem_bytes_max"] / 10, fsmem
@@ -406,7 +426,7 @@ def test_ctrl_c_on_bench_stack_leaves_no_process(tmp_path):
         # agg, feed, monitor).
         while time.monotonic() < deadline:
             seen.update(_children_of(p.pid))
-            if (work / "t1-1-m300-tp50-fsmem" / "monitor.log").exists() and len(_children_of(p.pid)) >= 10:
+            if (work / "t1-1-m300-tp50-r1-fsmem" / "monitor.log").exists() and len(_children_of(p.pid)) >= 10:
                 break
             assert p.poll() is None, p.communicate()[1][-3000:]
             time.sleep(0.1)

@@ -810,6 +810,18 @@ struct StackArgs {
         conflicts_with_all = ["scale", "timers", "full"]
     )]
     zero_latency: Option<u64>,
+    /// Runs of each Test 1 scenario and of Test 2: every figure of their
+    /// tables is the median over the runs, and the report lists each run's
+    /// max latency. The scenarios run in rounds (each once, then again), each
+    /// run starting its stacks afresh. Default: 3; 1 with --full (the
+    /// study's 30-minute runs).
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::value_parser!(u64).range(1..),
+        conflicts_with_all = ["scale", "zero_latency"]
+    )]
+    runs: Option<u64>,
     /// Also write the results as JSON.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -1208,6 +1220,11 @@ fn stack_opts(a: &StackArgs) -> stack::StackOptions {
         fsync: a.fsync.clone(),
         scale: a.scale,
         zero_latency: a.zero_latency.unwrap_or(0) as usize,
+        runs: a.runs.map(|n| n as usize).unwrap_or(if a.full {
+            1
+        } else {
+            stack::TEST_RUNS_DEFAULT
+        }),
     };
     if o.zero_latency > 0 {
         o.rate = a.rate.unwrap_or(stack::SCALE_RATE);
@@ -1728,6 +1745,7 @@ fn stack_and_insert_sections(bin: &Path, work: &Path, a: &ReportArgs) -> Result<
         full: false,
         scale: false,
         zero_latency: None,
+        runs: None,
         json: None,
     };
     let mut so = stack_opts(&args);
@@ -1758,6 +1776,7 @@ fn stack_and_insert_sections(bin: &Path, work: &Path, a: &ReportArgs) -> Result<
     if a.quick {
         so.rate = 3000;
         so.seconds = 4.0;
+        so.runs = 1;
         so.prestress = 50_000;
         so.symbols = 1000;
         scale.rate = 10_000;

@@ -80,6 +80,9 @@ pub const ZERO_LATENCY_TIMERS: Timers = Timers {
 pub const ZERO_LATENCY_SECONDS: f64 = 20.0;
 pub const ZERO_LATENCY_PRESTRESS_ROWS: u64 = 1_000_000;
 pub const ZERO_LATENCY_RUNS: usize = 3;
+/// Runs of each Test 1 scenario and of Test 2, by default: every figure of
+/// their tables is the median over the runs.
+pub const TEST_RUNS_DEFAULT: usize = 3;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Timers {
@@ -136,6 +139,9 @@ pub struct StackOptions {
     /// at a time (at `rate`, `seconds`, `prestress` and
     /// `ZERO_LATENCY_TIMERS`), instead of Tests 1 and 2; 0: not this mode.
     pub zero_latency: usize,
+    /// Runs of each Test 1 scenario and of Test 2 (at least 1): their
+    /// tables give the median over the runs.
+    pub runs: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -262,20 +268,56 @@ fn max_opt(a: Option<f64>, b: Option<f64>) -> Option<f64> {
     }
 }
 
+/// One Test 1 scenario: its DRAM and fsmem stacks of every run, in run
+/// order (run i's two stacks ran at the same time).
 #[derive(Debug, Clone, Serialize)]
 pub struct Test1Row {
     pub timers: Timers,
-    pub dram: StackResult,
-    pub fsmem: StackResult,
+    pub dram: Vec<StackResult>,
+    pub fsmem: Vec<StackResult>,
+}
+
+/// One run of Test 2: the DRAM stacks together, then the fsmem stacks.
+#[derive(Debug, Clone, Serialize)]
+pub struct Test2Run {
+    pub dram: Vec<StackResult>,
+    pub fsmem: Vec<StackResult>,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Test2 {
     pub timers: Timers,
-    pub dram: Vec<StackResult>,
-    pub fsmem: Vec<StackResult>,
+    /// Every run, in order, with the same stack counts.
+    pub runs: Vec<Test2Run>,
     /// How the number of fsmem stacks was chosen.
     pub fsmem_count_reason: String,
+}
+
+/// The median over runs of one figure of each run (runs without it left
+/// out); None when no run has it.
+fn median_of<T>(runs: &[T], f: impl Fn(&T) -> Option<f64>) -> Option<f64> {
+    crate::stats::Samples(runs.iter().filter_map(f).collect()).median()
+}
+
+/// A table row's DRAM and fsmem cells and the study's comparison factor:
+/// DRAM ÷ fsmem, or fsmem ÷ DRAM where more is better.
+fn compared(
+    d: Option<f64>,
+    f: Option<f64>,
+    show: &dyn Fn(Option<f64>) -> String,
+    more_is_better: bool,
+) -> [String; 3] {
+    let c = if more_is_better {
+        factor(f, d)
+    } else {
+        factor(d, f)
+    };
+    [show(d), show(f), c]
+}
+
+/// One figure of every run, in run order, as `ms` writes it.
+fn each_run_ms(runs: &[StackResult], f: impl Fn(&StackResult) -> Option<f64>) -> String {
+    runs.iter().map(|r| ms(f(r))).collect::<Vec<_>>().join(", ")
 }
 
 /// The study's scale on one DRAM stack (`--scale`), with the settings it
@@ -879,8 +921,9 @@ pub fn run(bin: &Path, work: &Path, o: &StackOptions) -> Result<StackReport> {
     let tests = !o.scale && o.zero_latency == 0;
     let do1 = tests && o.tests.contains(&1);
     let do2 = tests && o.tests.contains(&2);
-    let scenarios = if do1 { o.timers.len() } else { 0 }
-        + if do2 { 2 } else { 0 }
+    let runs = o.runs.max(1);
+    let scenarios = if do1 { o.timers.len() * runs } else { 0 }
+        + if do2 { 2 * runs } else { 0 }
         + usize::from(o.scale)
         + 2 * o.zero_latency;
     let pb = ProgressBar::new((scenarios as f64 * o.seconds * 1000.0) as u64);
@@ -888,10 +931,29 @@ pub fn run(bin: &Path, work: &Path, o: &StackOptions) -> Result<StackReport> {
         ProgressStyle::with_template("bench stack {bar:30} {percent}% {elapsed} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let mut test1 = Vec::new();
+    let mut test1: Vec<Test1Row> = Vec::new();
     if do1 {
-        for (i, t) in o.timers.iter().enumerate() {
-            let tag = format!("t1-{}-m{}-tp{}", i + 1, t.monitor_ms, timer_name(t.tp_ms));
+        test1 = o
+            .timers
+            .iter()
+            .map(|t| Test1Row {
+                timers: *t,
+                dram: Vec::new(),
+                fsmem: Vec::new(),
+            })
+            .collect();
+    }
+    // Rounds: every scenario once, then again, so that a machine that
+    // drifts during the run weighs on every scenario alike.
+    for run in 1..=if do1 { runs } else { 0 } {
+        for (i, row) in test1.iter_mut().enumerate() {
+            let t = row.timers;
+            let tag = format!(
+                "t1-{}-m{}-tp{}-r{run}",
+                i + 1,
+                t.monitor_ms,
+                timer_name(t.tp_ms)
+            );
             let mut res = scenario(
                 bin,
                 work,
@@ -899,52 +961,53 @@ pub fn run(bin: &Path, work: &Path, o: &StackOptions) -> Result<StackReport> {
                     Spec {
                         name: format!("{tag}-dram"),
                         placement: Placement::Dram,
-                        timers: *t,
+                        timers: t,
                     },
                     Spec {
                         name: format!("{tag}-fsmem"),
                         placement: Placement::Fsmem,
-                        timers: *t,
+                        timers: t,
                     },
                 ],
                 o,
                 &pb,
             )?;
-            let fsmem = res.pop().expect("two stacks");
-            let dram = res.pop().expect("two stacks");
-            test1.push(Test1Row {
-                timers: *t,
-                dram,
-                fsmem,
-            });
+            row.fsmem.push(res.pop().expect("two stacks"));
+            row.dram.push(res.pop().expect("two stacks"));
         }
     }
     let mut test2 = None;
     if do2 {
         let t = o.test2_timers;
-        let specs = |placement: Placement, n: usize| -> Vec<Spec> {
+        let specs = |placement: Placement, n: usize, run: usize| -> Vec<Spec> {
             (0..n)
                 .map(|i| Spec {
-                    name: format!("t2-{}-{}", placement.name(), i + 1),
+                    name: format!("t2-{}-{}-r{run}", placement.name(), i + 1),
                     placement,
                     timers: t,
                 })
                 .collect()
         };
-        let dram = scenario(
-            bin,
-            work,
-            specs(Placement::Dram, o.dram_rdbs.max(1)),
-            o,
-            &pb,
-        )?;
-        let (n, reason) = fsmem_count(o, &dram, &test1);
-        let fsmem = scenario(bin, work, specs(Placement::Fsmem, n), o, &pb)?;
+        let mut all_runs = Vec::new();
+        // The fsmem count is chosen once, from the first run, so that
+        // every run compares the same stacks.
+        let mut count: Option<(usize, String)> = None;
+        for run in 1..=runs {
+            let dram = scenario(
+                bin,
+                work,
+                specs(Placement::Dram, o.dram_rdbs.max(1), run),
+                o,
+                &pb,
+            )?;
+            let n = count.get_or_insert_with(|| fsmem_count(o, &dram, &test1)).0;
+            let fsmem = scenario(bin, work, specs(Placement::Fsmem, n, run), o, &pb)?;
+            all_runs.push(Test2Run { dram, fsmem });
+        }
         test2 = Some(Test2 {
             timers: t,
-            dram,
-            fsmem,
-            fsmem_count_reason: reason,
+            runs: all_runs,
+            fsmem_count_reason: count.map(|c| c.1).unwrap_or_default(),
         });
     }
     let mut scale = None;
@@ -1020,7 +1083,8 @@ fn fsmem_count(o: &StackOptions, dram: &[StackResult], test1: &[Test1Row]) -> (u
         .sum();
     let per_fsmem = test1
         .iter()
-        .filter_map(|r| r.fsmem.monitor.rss_anon_bytes_max)
+        .flat_map(|r| r.fsmem.iter())
+        .filter_map(|r| r.monitor.rss_anon_bytes_max)
         .max()
         .or_else(|| {
             // No Test 1: a DRAM rdb's anonymous memory less its tables.
@@ -1178,66 +1242,90 @@ impl StackReport {
             );
             s.push_str("| | Monitor timer | Tp timer | DRAM | fsmem | Comparison* |\n|---|---|---|---|---|---|\n");
             for r in &self.test1 {
-                let (d, f) = (&r.dram, &r.fsmem);
                 let m = r.timers.monitor_ms;
                 let t = r.timers.tp_ms;
-                let row = |name: &str, dv: String, fv: String, c: String| {
+                // Each figure: the median over the runs of the scenario.
+                let med = |f: &dyn Fn(&StackResult) -> Option<f64>| {
+                    (median_of(&r.dram, f), median_of(&r.fsmem, f))
+                };
+                let bytes_or = |x: Option<f64>| x.map(bytes).unwrap_or("n/a".into());
+                let qpm = |x: Option<f64>| x.map(|v| format!("{v:.0}")).unwrap_or("n/a".into());
+                let line = |name: &str,
+                            (d, f): (Option<f64>, Option<f64>),
+                            show: &dyn Fn(Option<f64>) -> String,
+                            more_is_better: bool| {
+                    let [dv, fv, c] = compared(d, f, show, more_is_better);
                     format!("| {name} | {m} ms | {t} ms | {dv} | {fv} | {c} |\n")
                 };
-                s.push_str(&row(
+                s.push_str(&line(
                     TEST1_ROWS[0],
-                    ms(d.max_latency_ms()),
-                    ms(f.max_latency_ms()),
-                    factor(d.max_latency_ms(), f.max_latency_ms()),
+                    med(&|x| x.max_latency_ms()),
+                    &ms,
+                    false,
                 ));
-                s.push_str(&row(
+                s.push_str(&line(
                     TEST1_ROWS[1],
-                    ms(d.mean_latency_ms()),
-                    ms(f.mean_latency_ms()),
-                    factor(d.mean_latency_ms(), f.mean_latency_ms()),
+                    med(&|x| x.mean_latency_ms()),
+                    &ms,
+                    false,
                 ));
-                s.push_str(&row(
+                s.push_str(&line(
                     TEST1_ROWS[2],
-                    ms(d.max_agg_latency_ms()),
-                    ms(f.max_agg_latency_ms()),
-                    factor(d.max_agg_latency_ms(), f.max_agg_latency_ms()),
+                    med(&|x| x.max_agg_latency_ms()),
+                    &ms,
+                    false,
                 ));
-                let db = d.monitor.dram_bytes_max.map(|b| b as f64);
-                let fb = f.monitor.dram_bytes_max.map(|b| b as f64);
-                s.push_str(&row(
+                s.push_str(&line(
                     TEST1_ROWS[3],
-                    db.map(bytes).unwrap_or("n/a".into()),
-                    fb.map(bytes).unwrap_or("n/a".into()),
-                    factor(db, fb),
+                    med(&|x| x.monitor.dram_bytes_max.map(|b| b as f64)),
+                    &bytes_or,
+                    false,
                 ));
-                let da = d.monitor.rss_anon_bytes_max.map(|b| b as f64);
-                let fa = f.monitor.rss_anon_bytes_max.map(|b| b as f64);
-                s.push_str(&row(
+                s.push_str(&line(
                     TEST1_ROWS[4],
-                    da.map(bytes).unwrap_or("n/a".into()),
-                    fa.map(bytes).unwrap_or("n/a".into()),
-                    factor(da, fa),
+                    med(&|x| x.monitor.rss_anon_bytes_max.map(|b| b as f64)),
+                    &bytes_or,
+                    false,
                 ));
-                s.push_str(&row(
+                s.push_str(&line(
                     TEST1_ROWS[5],
-                    ms(d.monitor.asof_ms.mean),
-                    ms(f.monitor.asof_ms.mean),
-                    factor(d.monitor.asof_ms.mean, f.monitor.asof_ms.mean),
+                    med(&|x| x.monitor.asof_ms.mean),
+                    &ms,
+                    false,
                 ));
-                s.push_str(&row(
+                // More queries per minute is better: fsmem ÷ DRAM.
+                s.push_str(&line(
                     TEST1_ROWS[6],
-                    format!("{:.0}", d.monitor.queries_per_minute),
-                    format!("{:.0}", f.monitor.queries_per_minute),
-                    factor(
-                        Some(f.monitor.queries_per_minute),
-                        Some(d.monitor.queries_per_minute),
-                    ),
+                    med(&|x| Some(x.monitor.queries_per_minute)),
+                    &qpm,
+                    true,
                 ));
             }
             s.push_str(&format!("\n{FACTOR_NOTE}\n\n"));
+            let runs = self.test1.first().map_or(0, |r| r.dram.len());
+            if runs > 1 {
+                let each: Vec<String> = self
+                    .test1
+                    .iter()
+                    .map(|r| {
+                        format!(
+                            "{}:{} DRAM {}, fsmem {}",
+                            r.timers.monitor_ms,
+                            r.timers.tp_ms,
+                            each_run_ms(&r.dram, |x| x.max_latency_ms()),
+                            each_run_ms(&r.fsmem, |x| x.max_latency_ms())
+                        )
+                    })
+                    .collect();
+                s.push_str(&format!(
+                    "Each figure is the median over {runs} runs of its scenario: the scenarios ran in {runs} rounds, each run starting its two stacks afresh (preload included). Max latency of every run, in run order (monitor timer:tp timer in ms): {}.\n\n",
+                    each.join("; ")
+                ));
+            }
         }
         if let Some(t2) = &self.test2 {
-            let (nd, nf) = (t2.dram.len(), t2.fsmem.len());
+            let first = t2.runs.first();
+            let (nd, nf) = first.map_or((0, 0), |r| (r.dram.len(), r.fsmem.len()));
             s.push_str(&format!(
                 "### Test 2: {nd} DRAM rdbs against {nf} fsmem rdbs\n\n\
                  The DRAM stacks run together, then the fsmem stacks together; monitor timer {} ms, tp timer {} ms. {}.\n\n",
@@ -1264,47 +1352,47 @@ impl StackReport {
             let lat = |rs: &[StackResult]| maxf(rs.iter().map(|r| r.max_latency_ms()));
             let agg = |rs: &[StackResult]| maxf(rs.iter().map(|r| r.max_agg_latency_ms()));
             let q = |rs: &[StackResult]| mean(rs.iter().map(|r| r.monitor.asof_ms.mean));
-            let (d, f) = (&t2.dram[..], &t2.fsmem[..]);
+            // A group's figure in each run, then the median over the runs.
+            let med = |f: &dyn Fn(&[StackResult]) -> Option<f64>| {
+                (
+                    median_of(&t2.runs, |r| f(&r.dram)),
+                    median_of(&t2.runs, |r| f(&r.fsmem)),
+                )
+            };
             let pctf = |x: Option<f64>| x.map(|v| format!("{v:.3}%")).unwrap_or("n/a".into());
-            let lines = [
-                (
-                    TEST2_ROWS[0],
-                    ms(lat(d)),
-                    ms(lat(f)),
-                    factor(lat(d), lat(f)),
-                ),
-                (
-                    TEST2_ROWS[1],
-                    ms(agg(d)),
-                    ms(agg(f)),
-                    factor(agg(d), agg(f)),
-                ),
-                (
-                    TEST2_ROWS[2],
-                    pctf(pct(d)),
-                    pctf(pct(f)),
-                    factor(pct(d), pct(f)),
-                ),
-                (
-                    TEST2_ROWS[3],
-                    bytes(tab(d).unwrap_or(0.0)),
-                    bytes(tab(f).unwrap_or(0.0)),
-                    factor(tab(d), tab(f)),
-                ),
-                (TEST2_ROWS[4], ms(q(d)), ms(q(f)), factor(q(d), q(f))),
-                (
-                    TEST2_ROWS[5],
-                    format!("{:.0}", qpm(d).unwrap_or(0.0)),
-                    format!("{:.0}", qpm(f).unwrap_or(0.0)),
-                    factor(qpm(f), qpm(d)),
-                ),
-            ];
-            for (name, a, b, c) in lines {
-                s.push_str(&format!("| {name} | {a} | {b} | {c} |\n"));
-            }
+            let line = |name: &str,
+                        (d, f): (Option<f64>, Option<f64>),
+                        show: &dyn Fn(Option<f64>) -> String,
+                        more_is_better: bool| {
+                let [dv, fv, c] = compared(d, f, show, more_is_better);
+                format!("| {name} | {dv} | {fv} | {c} |\n")
+            };
+            let bytes_or = |x: Option<f64>| bytes(x.unwrap_or(0.0));
+            let count_of = |x: Option<f64>| format!("{:.0}", x.unwrap_or(0.0));
+            s.push_str(&line(TEST2_ROWS[0], med(&lat), &ms, false));
+            s.push_str(&line(TEST2_ROWS[1], med(&agg), &ms, false));
+            s.push_str(&line(TEST2_ROWS[2], med(&pct), &pctf, false));
+            s.push_str(&line(TEST2_ROWS[3], med(&tab), &bytes_or, false));
+            s.push_str(&line(TEST2_ROWS[4], med(&q), &ms, false));
+            s.push_str(&line(TEST2_ROWS[5], med(&qpm), &count_of, true));
             s.push_str(&format!(
                 "\n{FACTOR_NOTE} Total queries per minute adds up every rdb's monitor.\n\n"
             ));
+            if t2.runs.len() > 1 {
+                let each = |f: &dyn Fn(&Test2Run) -> Option<f64>| {
+                    t2.runs
+                        .iter()
+                        .map(|r| ms(f(r)))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                s.push_str(&format!(
+                    "Each figure is the median over {} runs of Test 2, each starting its stacks afresh. Max latency of every run, in run order: DRAM {}, fsmem {}.\n\n",
+                    t2.runs.len(),
+                    each(&|r| lat(&r.dram)),
+                    each(&|r| lat(&r.fsmem))
+                ));
+            }
         }
         let all: Vec<&StackResult> = self.all().collect();
         let bad: Vec<&StackResult> = all.iter().copied().filter(|r| !r.bars_ok).collect();
@@ -1341,11 +1429,15 @@ impl StackReport {
     }
 
     fn all(&self) -> impl Iterator<Item = &StackResult> {
-        self.test1.iter().flat_map(|r| [&r.dram, &r.fsmem]).chain(
-            self.test2
-                .iter()
-                .flat_map(|t| t.dram.iter().chain(t.fsmem.iter())),
-        )
+        self.test1
+            .iter()
+            .flat_map(|r| r.dram.iter().chain(r.fsmem.iter()))
+            .chain(
+                self.test2
+                    .iter()
+                    .flat_map(|t| t.runs.iter())
+                    .flat_map(|r| r.dram.iter().chain(r.fsmem.iter())),
+            )
     }
 
     /// The targets next to what this run measured (reported, not
@@ -1378,9 +1470,10 @@ impl StackReport {
             });
         match (at(50), scale50) {
             (Some(r), sc) => s.push_str(&format!(
-                "- Max tick latency with a 50 ms tp timer within 2× the timer (100 ms): {} (DRAM), {} (fsmem), {rate}; {}.\n",
-                ms(r.dram.max_latency_ms()),
-                ms(r.fsmem.max_latency_ms()),
+                "- Max tick latency with a 50 ms tp timer within 2× the timer (100 ms): {} (DRAM), {} (fsmem), {rate}{}; {}.\n",
+                ms(median_of(&r.dram, |x| x.max_latency_ms())),
+                ms(median_of(&r.fsmem, |x| x.max_latency_ms())),
+                runs_note(r),
                 sc.unwrap_or_else(|| "the target is at 48,000 updates/s".into())
             )),
             (None, Some(sc)) => s.push_str(&format!(
@@ -1411,9 +1504,19 @@ impl StackReport {
         };
         match at(0) {
             Some(r) => s.push_str(&format!(
-                "- Zero-latency mode under 5 ms max: {} (DRAM), {} (fsmem), {rate} (two stacks on the machine's cores at once){scale0}{zl_clause}.\n",
-                ms(r.dram.max_latency_ms()),
-                ms(r.fsmem.max_latency_ms()),
+                "- Zero-latency mode under 5 ms max: {} (DRAM), {} (fsmem), {rate} (two stacks on the machine's cores at once{}){scale0}{zl_clause}.\n",
+                ms(median_of(&r.dram, |x| x.max_latency_ms())),
+                ms(median_of(&r.fsmem, |x| x.max_latency_ms())),
+                if r.dram.len() > 1 {
+                    format!(
+                        "; the median of {} runs, every run: {} and {}",
+                        r.dram.len(),
+                        each_run_ms(&r.dram, |x| x.max_latency_ms()),
+                        each_run_ms(&r.fsmem, |x| x.max_latency_ms())
+                    )
+                } else {
+                    String::new()
+                }
             )),
             None if !scale0.is_empty() || !zl.is_empty() => s.push_str(&format!(
                 "- Zero-latency mode under 5 ms max{scale0}{zl_clause}.\n"
@@ -1421,10 +1524,10 @@ impl StackReport {
             None => s.push_str("- Zero-latency mode: not measured (no tp timer 0 scenario).\n"),
         }
         if let Some(r) = self.test1.first() {
-            let d = r.dram.monitor.rss_anon_bytes_max.map(|b| b as f64);
-            let f = r.fsmem.monitor.rss_anon_bytes_max.map(|b| b as f64);
-            let dt = r.dram.monitor.dram_bytes_max.map(|b| b as f64);
-            let ft = r.fsmem.monitor.dram_bytes_max.map(|b| b as f64);
+            let rss = |x: &StackResult| x.monitor.rss_anon_bytes_max.map(|b| b as f64);
+            let tab = |x: &StackResult| x.monitor.dram_bytes_max.map(|b| b as f64);
+            let (d, f) = (median_of(&r.dram, rss), median_of(&r.fsmem, rss));
+            let (dt, ft) = (median_of(&r.dram, tab), median_of(&r.fsmem, tab));
             let pct = |a: Option<f64>, b: Option<f64>| match (a, b) {
                 (Some(a), Some(b)) if b > 0.0 => format!("{:.1}%", a * 100.0 / b),
                 _ => "n/a".into(),
@@ -1437,7 +1540,10 @@ impl StackReport {
             let q: Vec<String> = self
                 .test1
                 .iter()
-                .map(|r| factor(r.fsmem.monitor.asof_ms.mean, r.dram.monitor.asof_ms.mean))
+                .map(|r| {
+                    let q = |x: &StackResult| x.monitor.asof_ms.mean;
+                    factor(median_of(&r.fsmem, q), median_of(&r.dram, q))
+                })
                 .collect();
             s.push_str(&format!(
                 "- fsmem query time no worse than 1.5× DRAM's (the study saw about 1.45×): fsmem ÷ DRAM = {} across the Test 1 scenarios.\n",
@@ -1479,6 +1585,16 @@ impl StackReport {
             count(sc.rate),
             sc.seconds
         )
+    }
+}
+
+/// " (the median of N runs)" after a Test 1 figure, when its scenario ran
+/// more than once.
+fn runs_note(r: &Test1Row) -> String {
+    if r.dram.len() > 1 {
+        format!(" (the median of {} runs)", r.dram.len())
+    } else {
+        String::new()
     }
 }
 
@@ -1977,6 +2093,82 @@ mod tests {
         assert!(!md.contains("50 ms tp timer"), "{md}");
     }
 
+    /// Tests 1 and 2 give the median over their runs, the comparison factor
+    /// of the medians, and every run's max latency.
+    #[test]
+    fn tests_1_and_2_give_the_median_of_their_runs() {
+        let zl = zero_latency_runs();
+        let (dram, fsmem) = (zl.dram.clone(), zl.fsmem.clone());
+        let report = StackReport {
+            rate: 8000,
+            seconds: 20.0,
+            prestress: 1000,
+            symbols: 2000,
+            publish_ms: 100,
+            seed: 42,
+            fsync: "never".into(),
+            test1: vec![Test1Row {
+                timers: ZERO_LATENCY_TIMERS,
+                dram: dram.clone(),
+                fsmem: fsmem.clone(),
+            }],
+            test2: Some(Test2 {
+                timers: ZERO_LATENCY_TIMERS,
+                runs: vec![
+                    Test2Run {
+                        dram: vec![dram[0].clone(), dram[1].clone()],
+                        fsmem: vec![fsmem[0].clone()],
+                    },
+                    Test2Run {
+                        dram: vec![dram[1].clone(), dram[1].clone()],
+                        fsmem: vec![fsmem[1].clone()],
+                    },
+                ],
+                fsmem_count_reason: "as asked".into(),
+            }),
+            scale: None,
+            zero_latency: None,
+            machine: "m".into(),
+            date: "d".into(),
+            mem_total_bytes: None,
+            fsmem_fs: "ext4".into(),
+            wall_seconds: 1.0,
+        };
+        let md = report.markdown();
+        // DRAM maxima 6, 4, 5 and fsmem 3, 9, 4.5: medians 5 and 4.5.
+        assert!(
+            md.contains("| Max latency | 50 ms | 0 ms | 5.00 ms | 4.50 ms | 1.111 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("Each figure is the median over 3 runs of its scenario")
+                && md.contains(
+                    "50:0 DRAM 6.00 ms, 4.00 ms, 5.00 ms, fsmem 3.00 ms, 9.00 ms, 4.50 ms"
+                ),
+            "{md}"
+        );
+        // Test 2: the group's max per run (6 then 4; 3 then 9), then the
+        // median of the runs.
+        assert!(
+            md.contains("| Max latency | 5.00 ms | 6.00 ms | 0.833 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("median over 2 runs of Test 2")
+                && md.contains("DRAM 6.00 ms, 4.00 ms, fsmem 3.00 ms, 9.00 ms"),
+            "{md}"
+        );
+        assert!(
+            md.contains("### Test 2: 2 DRAM rdbs against 1 fsmem rdbs"),
+            "{md}"
+        );
+        assert!(
+            md.contains("- Zero-latency mode under 5 ms max: 5.00 ms (DRAM), 4.50 ms (fsmem), at 8000 updates/s per stack (two stacks on the machine's cores at once; the median of 3 runs, every run: 6.00 ms, 4.00 ms, 5.00 ms and 3.00 ms, 9.00 ms, 4.50 ms)"),
+            "{md}"
+        );
+        assert!(md.contains("Aggregation check: in all 12 stacks"), "{md}");
+    }
+
     #[test]
     fn every_heading_of_the_section_starts_its_own_paragraph() {
         let report = StackReport {
@@ -1992,8 +2184,8 @@ mod tests {
                     monitor_ms: 50,
                     tp_ms: 0,
                 },
-                dram: result("dram"),
-                fsmem: result("fsmem"),
+                dram: vec![result("dram")],
+                fsmem: vec![result("fsmem")],
             }],
             test2: None,
             scale: Some(scale_run()),
