@@ -26,8 +26,9 @@
 # (scripts/bench_history.py: the end-of-day write of a 10M-trade + 40M-quote
 # day, three times, and queries over 30 days of Parquet against DuckDB).
 #
-#   scripts/bench.sh                full sizes (about 50 minutes on 2 cores: QuestDB's
-#                                   5M x 5M ASOF JOIN, 7 stack scenarios of 20 s, 6 zero-latency
+#   scripts/bench.sh                full sizes (about 55 minutes on 2 cores: QuestDB's
+#                                   5M x 5M ASOF JOIN, 7 stack scenarios of 20 s run 3 times
+#                                   each (about 9 minutes), 6 zero-latency
 #                                   runs of one stack at 48,000 updates/s (about 2.5 minutes), the
 #                                   study's scale on one stack (65M rows preloaded, then
 #                                   10 minutes at 48,000 updates/s: about 12 minutes), 2M x 1 KB
