@@ -2068,21 +2068,9 @@ mod tests {
         assert!(md.contains("(the Optane kdb+ study's rate; trades"), "{md}");
         let alone = StackReport {
             rate: 48_000,
-            seconds: 20.0,
             prestress: 1_000_000,
-            symbols: 2000,
-            publish_ms: 100,
-            seed: 42,
-            fsync: "never".into(),
-            test1: Vec::new(),
-            test2: None,
-            scale: None,
             zero_latency: Some(zl),
-            machine: "m".into(),
-            date: "d".into(),
-            mem_total_bytes: None,
-            fsmem_fs: "ext4".into(),
-            wall_seconds: 1.0,
+            ..report(Vec::new(), None)
         };
         let md = alone.markdown();
         assert!(!md.contains("### Test 1"), "{md}");
@@ -2093,13 +2081,9 @@ mod tests {
         assert!(!md.contains("50 ms tp timer"), "{md}");
     }
 
-    /// Tests 1 and 2 give the median over their runs, the comparison factor
-    /// of the medians, and every run's max latency.
-    #[test]
-    fn tests_1_and_2_give_the_median_of_their_runs() {
-        let zl = zero_latency_runs();
-        let (dram, fsmem) = (zl.dram.clone(), zl.fsmem.clone());
-        let report = StackReport {
+    /// A report of Tests 1 and 2 at the default sizes, on a made-up machine.
+    fn report(test1: Vec<Test1Row>, test2: Option<Test2>) -> StackReport {
+        StackReport {
             rate: 8000,
             seconds: 20.0,
             prestress: 1000,
@@ -2107,12 +2091,31 @@ mod tests {
             publish_ms: 100,
             seed: 42,
             fsync: "never".into(),
-            test1: vec![Test1Row {
+            test1,
+            test2,
+            scale: None,
+            zero_latency: None,
+            machine: "m".into(),
+            date: "d".into(),
+            mem_total_bytes: None,
+            fsmem_fs: "ext4".into(),
+            wall_seconds: 1.0,
+        }
+    }
+
+    /// Tests 1 and 2 give the median over their runs, the comparison factor
+    /// of the medians, and every run's max latency.
+    #[test]
+    fn tests_1_and_2_give_the_median_of_their_runs() {
+        let zl = zero_latency_runs();
+        let (dram, fsmem) = (zl.dram.clone(), zl.fsmem.clone());
+        let report = report(
+            vec![Test1Row {
                 timers: ZERO_LATENCY_TIMERS,
                 dram: dram.clone(),
                 fsmem: fsmem.clone(),
             }],
-            test2: Some(Test2 {
+            Some(Test2 {
                 timers: ZERO_LATENCY_TIMERS,
                 runs: vec![
                     Test2Run {
@@ -2126,14 +2129,7 @@ mod tests {
                 ],
                 fsmem_count_reason: "as asked".into(),
             }),
-            scale: None,
-            zero_latency: None,
-            machine: "m".into(),
-            date: "d".into(),
-            mem_total_bytes: None,
-            fsmem_fs: "ext4".into(),
-            wall_seconds: 1.0,
-        };
+        );
         let md = report.markdown();
         // DRAM maxima 6, 4, 5 and fsmem 3, 9, 4.5: medians 5 and 4.5.
         assert!(
@@ -2172,29 +2168,16 @@ mod tests {
     #[test]
     fn every_heading_of_the_section_starts_its_own_paragraph() {
         let report = StackReport {
-            rate: 8000,
-            seconds: 20.0,
-            prestress: 1000,
-            symbols: 2000,
-            publish_ms: 100,
-            seed: 42,
-            fsync: "never".into(),
-            test1: vec![Test1Row {
-                timers: Timers {
-                    monitor_ms: 50,
-                    tp_ms: 0,
-                },
-                dram: vec![result("dram")],
-                fsmem: vec![result("fsmem")],
-            }],
-            test2: None,
             scale: Some(scale_run()),
             zero_latency: Some(zero_latency_runs()),
-            machine: "m".into(),
-            date: "d".into(),
-            mem_total_bytes: None,
-            fsmem_fs: "ext4".into(),
-            wall_seconds: 1.0,
+            ..report(
+                vec![Test1Row {
+                    timers: ZERO_LATENCY_TIMERS,
+                    dram: vec![result("dram")],
+                    fsmem: vec![result("fsmem")],
+                }],
+                None,
+            )
         };
         let md = report.markdown();
         assert!(md.contains("### The study's scale on one stack"), "{md}");
