@@ -92,12 +92,7 @@ def main() -> int:
         busy: list[str] = []
 
         def quiet(system: str, sym: str) -> None:
-            waited, idle = benchutil.settle()
-            if idle < benchutil.SETTLE_IDLE:
-                busy.append(f"{system} ({sym}, {idle:.0%} idle)")
-                log(f"  the machine did not get quiet before timing {system} on {sym}: {idle:.0%} idle")
-            elif waited > 1.0:
-                log(f"  waited {waited:.1f} s for the machine to be quiet before timing {system}")
+            benchutil.quiet(system, sym, busy, log)
 
         for label, sym in picks.items():
             q = queries(sym)
@@ -134,10 +129,7 @@ def main() -> int:
               f"session, loaded into each system through the `questdb` ILP client. Medians of {a.repeats} runs after "
               f"a warm-up; tickdb and QuestDB answer over HTTP `/exec` (their times include HTTP and JSON), DuckDB in "
               f"process. QuestDB: its default ASOF algorithm, then each temporal-join hint, the fastest reported "
-              f"(as in the SQL section). Each system is timed once the machine is quiet (a "
-              f"{benchutil.SETTLE_WINDOW_S:g} s window with at least {benchutil.SETTLE_IDLE:.0%} of the CPU idle, "
-              f"waited for up to {benchutil.SETTLE_WAIT_MAX_S:.0f} s), not while the work of the system timed before "
-              f"it winds down (QuestDB's JVM, DuckDB's threads, on the same cores). "
+              f"(as in the SQL section). " + benchutil.settle_text()
               + (f"**The machine did not get quiet** before timing {', '.join(busy)}. " if busy else "")
               + f"Load average {load_before:.2f} when the benchmark started"
               f"{' (noisy: over half the cores were busy with other work)' if load_before > cores * 0.5 else ''}, "

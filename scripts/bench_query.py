@@ -513,12 +513,16 @@ def main() -> int:
         results = {}
         hints: dict[str, str] = {}
         disagree: list[str] = []
+        # Systems timed on a machine that was not quiet (settle gave up).
+        busy: list[str] = []
         for key, q in ({} if a.only_results_out else QUERIES).items():
             row = {}
             log(f"{key}: tickdb")
+            benchutil.quiet("tickdb", key, busy, log)
             row["tickdb"] = timed(lambda: http_exec(http, q["tickdb"]), a.repeats)
             if qhttp:
                 log(f"{key}: QuestDB")
+                benchutil.quiet("QuestDB", key, busy, log)
                 try:
                     row["questdb"] = timed(lambda: http_exec(qhttp, q["questdb"]), a.repeats)
                     if "questdb_hints" in q:
@@ -529,6 +533,7 @@ def main() -> int:
                 except RuntimeError as e:
                     log(f"QuestDB failed: {e}")
             log(f"{key}: DuckDB")
+            benchutil.quiet("DuckDB", key, busy, log)
             row["duckdb"] = timed(lambda: con.execute(q["duckdb"]).fetchall(), a.repeats)
             results[key] = row
             counts = {k: int(v[1][0][0]) for k, v in row.items()}
@@ -581,7 +586,9 @@ def main() -> int:
               f"over {a.syms} symbols with skewed activity, times sorted over a 6-hour session, loaded into each system "
               f"through the `questdb` ILP client. Medians of {a.repeats} runs after a warm-up; tickdb and QuestDB answer "
               f"over HTTP `/exec`, DuckDB in process (no transfer). Queries aggregate so that result transfer does not "
-              f"dominate. Same machine as above, all sharing its cores; load average {start_load:.2f} when the benchmark "
+              f"dominate. " + benchutil.settle_text()
+              + (f"**The machine did not get quiet** before timing {', '.join(busy)}. " if busy else "")
+              + f"Same machine as above, all sharing its cores; load average {start_load:.2f} when the benchmark "
               f"started{' (noisy: over half the cores were busy with other work)' if start_load > len(os.sched_getaffinity(0)) * 0.5 else ''}, "
               f"{query_load_after:.2f} after the queries (their own load included).\n",
               "Each peer runs in its default form and in its documented best form for the query, and the ratio is "

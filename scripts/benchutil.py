@@ -57,6 +57,24 @@ def settle() -> tuple[float, float]:
             return waited, idle
 
 
+def quiet(system: str, what: str, busy: list[str], log: Callable[[str], None]) -> None:
+    """settle() before timing `system` on `what`; when the machine did not
+    get quiet, says so in the log and adds it to `busy` for the report."""
+    waited, idle = settle()
+    if idle < SETTLE_IDLE:
+        busy.append(f"{system} ({what}, {idle:.0%} idle)")
+        log(f"  the machine did not get quiet before timing {system} on {what}: {idle:.0%} idle")
+    elif waited > 1.0:
+        log(f"  waited {waited:.1f} s for the machine to be quiet before timing {system}")
+
+
+def settle_text() -> str:
+    """The report's sentence on settle(), for every benchmark that uses it."""
+    return (f"Each system is timed once the machine is quiet (a {SETTLE_WINDOW_S:g} s window with at least "
+            f"{SETTLE_IDLE:.0%} of the CPU idle, waited for up to {SETTLE_WAIT_MAX_S:.0f} s), not while the work of "
+            f"the system timed before it winds down (QuestDB's JVM, DuckDB's threads, on the same cores). ")
+
+
 def load_ilp(http_port: int, df: pd.DataFrame, table: str,
              progress: Callable[[int, int, float], None] | None = None) -> float:
     """Sends df (with `sym` and `time` columns) through the questdb client
