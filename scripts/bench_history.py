@@ -129,10 +129,16 @@ class Tickdb:
     """`tickdb up --hdb` in its own process group, killed by pid at the end."""
 
     def __init__(self, binary: str, work: Path, name: str):
-        self.http = free_port()
         self.hdb = work / f"{name}-hdb"
         self.data = work / f"{name}-data"
         self.log = open(work / f"{name}.log", "ab")
+        benchutil.start_retrying(lambda: self._start_once(binary), "tickdb")
+
+    def _start_once(self, binary: str) -> None:
+        """One start on fresh free ports, until ready."""
+        self.http = free_port()
+        # Where this start's lines begin in the log (the child appends).
+        log_start = os.path.getsize(self.log.name)
         args = [binary, "up", "--http-port", str(self.http), "--ilp-port", str(free_port()),
                 "--tp-port", str(free_port()), "--repl-port", str(free_port()), "--pg-port", str(free_port()),
                 "--data-dir", str(self.data), "--hdb", str(self.hdb),
@@ -143,6 +149,8 @@ class Tickdb:
         deadline = time.monotonic() + READY_S
         while time.monotonic() < deadline:
             if self.p.poll() is not None:
+                if benchutil.lost_port_race(Path(self.log.name), log_start):
+                    raise benchutil.PortTaken("tickdb found a port taken")
                 raise SystemExit(f"tickdb exited with {self.p.returncode}; see {self.log.name}")
             try:
                 if requests.get(self.url + "/health", timeout=2).status_code == 200:
@@ -150,6 +158,7 @@ class Tickdb:
             except requests.RequestException:
                 pass
             time.sleep(0.1)
+        self.stop()
         raise SystemExit(f"tickdb not ready after {READY_S}s; see {self.log.name}")
 
     def status(self) -> dict:

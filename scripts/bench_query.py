@@ -70,6 +70,8 @@ class Server:
 
     def __init__(self, name: str, args: list[str], logfile: Path, env=None):
         self.name = name
+        # Where this start's lines begin in the log (a retry appends).
+        self.log_start = logfile.stat().st_size if logfile.exists() else 0
         self.log = open(logfile, "ab")
         self.p = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                   start_new_session=True, env=env)
@@ -78,6 +80,8 @@ class Server:
         deadline = time.monotonic() + READY_S
         while time.monotonic() < deadline:
             if self.p.poll() is not None:
+                if benchutil.lost_port_race(Path(self.log.name), self.log_start):
+                    raise benchutil.PortTaken(f"{self.name} found a port taken")
                 raise SystemExit(f"{self.name} exited with {self.p.returncode}; see {self.log.name}")
             try:
                 if requests.get(url, timeout=2).status_code == 200:
@@ -157,6 +161,10 @@ def questdb_jar() -> Path:
 def start_tickdb(binary: str, work: Path) -> tuple[Server, int, int]:
     """`tickdb up` on free loopback ports, data in work/tickdb, no fsync,
     queries allowed 10 minutes and 8 GiB; ready. (server, HTTP port, PG port)."""
+    return benchutil.start_retrying(lambda: _start_tickdb(binary, work), "tickdb")
+
+
+def _start_tickdb(binary: str, work: Path) -> tuple[Server, int, int]:
     http, pg = free_port(), free_port()
     tick = Server("tickdb", [binary, "up", "--http-port", str(http), "--ilp-port", str(free_port()),
                              "--tp-port", str(free_port()), "--repl-port", str(free_port()), "--pg-port", str(pg),
@@ -174,9 +182,13 @@ def start_tickdb(binary: str, work: Path) -> tuple[Server, int, int]:
 def start_questdb(jar: Path, work: Path) -> tuple[Server, int]:
     """QuestDB with its defaults on free loopback ports (PG and UDP off),
     data in work/questdb; ready. (server, HTTP port)."""
+    return benchutil.start_retrying(lambda: _start_questdb(jar, work), "QuestDB")
+
+
+def _start_questdb(jar: Path, work: Path) -> tuple[Server, int]:
     qhttp = free_port()
     root = work / "questdb"
-    (root / "conf").mkdir(parents=True)
+    (root / "conf").mkdir(parents=True, exist_ok=True)
     (root / "conf" / "server.conf").write_text(
         f"http.bind.to=127.0.0.1:{qhttp}\nline.tcp.net.bind.to=127.0.0.1:{free_port()}\n"
         "pg.enabled=false\nhttp.min.enabled=false\nline.udp.enabled=false\ntelemetry.enabled=false\n")

@@ -6,9 +6,10 @@ docs/benchmarks.md in place."""
 from __future__ import annotations
 
 import socket
+import sys
 from pathlib import Path
 import time
-from typing import Callable
+from typing import Callable, TypeVar
 
 import pandas as pd
 from questdb.ingress import Sender
@@ -16,11 +17,45 @@ from questdb.ingress import Sender
 # Rows per ILP HTTP request.
 LOAD_STEP_ROWS = 100_000
 
+T = TypeVar("T")
+
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# How many times a server is started again, on fresh ports, when a port
+# free_port() chose was taken by another process before the server bound it.
+PORT_RACE_TRIES = 5
+
+
+class PortTaken(Exception):
+    """The server exited because a port it was given was already in use."""
+
+
+def lost_port_race(log: Path, since: int) -> bool:
+    """Whether the server's log, from byte `since` on (what this start
+    wrote), says a port it was given was already in use."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(since)
+            return b"address already in use" in f.read().lower()
+    except OSError:
+        return False
+
+
+def start_retrying(start: Callable[[], T], what: str) -> T:
+    """start(), again on fresh ports while it raises PortTaken (free_port's
+    race: a port can be taken between choosing it and binding it)."""
+    for attempt in range(1, PORT_RACE_TRIES + 1):
+        try:
+            return start()
+        except PortTaken as e:
+            print(f"[bench] {what}: {e}; starting it again on other ports ({attempt}/{PORT_RACE_TRIES})",
+                  file=sys.stderr, flush=True)
+    raise SystemExit(f"{what}: a port was taken at each of {PORT_RACE_TRIES} starts")
 
 
 # A machine counts as quiet when a SETTLE_WINDOW_S window of /proc/stat has

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -65,3 +66,31 @@ def test_settle_says_when_the_machine_stays_busy(monkeypatch):
             p.wait()
     assert idle < benchutil.SETTLE_IDLE, idle
     assert 1.0 <= waited < 5.0, waited
+
+
+def test_a_server_whose_port_was_taken_starts_again_on_other_ports(monkeypatch, tmp_path):
+    """free_port() chooses a port that another process may bind before the
+    server does (the suite's run once lost bench_history's tickdb that way):
+    the benchmarks start the server again on fresh ports. Here the first
+    port handed out is one a socket holds."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import bench_query
+    import benchutil
+
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    ports = iter([held.getsockname()[1]])
+    real = benchutil.free_port
+    monkeypatch.setattr(bench_query, "free_port", lambda: next(ports, None) or real())
+    try:
+        server, http, _pg = bench_query.start_tickdb(BIN, tmp_path)
+        try:
+            log = (tmp_path / "tickdb.log").read_text()
+            assert "address already in use" in log.lower(), log
+            assert http != held.getsockname()[1]
+            assert bench_query.http_exec(http, "select 1")[0][0] == 1
+        finally:
+            server.stop()
+    finally:
+        held.close()
