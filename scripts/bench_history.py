@@ -146,20 +146,11 @@ class Tickdb:
         self.p = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                   start_new_session=True, env={**os.environ, "TICKDB_LOG": "warn"})
         self.url = f"http://127.0.0.1:{self.http}"
-        deadline = time.monotonic() + READY_S
-        while time.monotonic() < deadline:
-            if self.p.poll() is not None:
-                if benchutil.lost_port_race(Path(self.log.name), log_start):
-                    raise benchutil.PortTaken("tickdb found a port taken")
-                raise SystemExit(f"tickdb exited with {self.p.returncode}; see {self.log.name}")
-            try:
-                if requests.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise SystemExit(f"tickdb not ready after {READY_S}s; see {self.log.name}")
+        try:
+            benchutil.wait_ready(self.p, self.url + "/health", Path(self.log.name), log_start, "tickdb", READY_S)
+        except SystemExit:
+            self.stop()
+            raise
 
     def status(self) -> dict:
         r = requests.get(self.url + "/status", timeout=30)

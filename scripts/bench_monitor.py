@@ -91,21 +91,18 @@ def main() -> int:
         # Systems timed on a machine that was not quiet (settle gave up).
         busy: list[str] = []
 
-        def quiet(system: str, sym: str) -> None:
-            benchutil.quiet(system, sym, busy, log)
-
         for label, sym in picks.items():
             q = queries(sym)
-            quiet("tickdb", sym)
+            benchutil.quiet("tickdb", sym, busy, log)
             r = {"tickdb": bq.timed(lambda: bq.http_exec(http, q["tickdb"]), a.repeats)}
             if qhttp:
-                quiet("QuestDB", sym)
+                benchutil.quiet("QuestDB", sym, busy, log)
                 r["questdb"] = bq.timed(lambda: bq.http_exec(qhttp, q["questdb"]), a.repeats)
                 best = bq.questdb_best(qhttp, q, r["questdb"], a.repeats)
                 if best:
                     r["questdb_best"] = best[1]
                     r["hint"] = best[0]
-            quiet("DuckDB", sym)
+            benchutil.quiet("DuckDB", sym, busy, log)
             r["duckdb"] = bq.timed(lambda: con.execute(q["duckdb"]).fetchall(), a.repeats)
             answers = {k: v[1][0] for k, v in r.items() if k != "hint"}
             n = {k: int(v[0]) for k, v in answers.items()}

@@ -77,19 +77,7 @@ class Server:
                                   start_new_session=True, env=env)
 
     def wait_http(self, url: str) -> None:
-        deadline = time.monotonic() + READY_S
-        while time.monotonic() < deadline:
-            if self.p.poll() is not None:
-                if benchutil.lost_port_race(Path(self.log.name), self.log_start):
-                    raise benchutil.PortTaken(f"{self.name} found a port taken")
-                raise SystemExit(f"{self.name} exited with {self.p.returncode}; see {self.log.name}")
-            try:
-                if requests.get(url, timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.1)
-        raise SystemExit(f"{self.name} not ready after {READY_S}s; see {self.log.name}")
+        benchutil.wait_ready(self.p, url, Path(self.log.name), self.log_start, self.name, READY_S)
 
     def stop(self) -> None:
         try:

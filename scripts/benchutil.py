@@ -12,6 +12,7 @@ import time
 from typing import Callable, TypeVar
 
 import pandas as pd
+import requests
 from questdb.ingress import Sender
 
 # Rows per ILP HTTP request.
@@ -44,6 +45,25 @@ def lost_port_race(log: Path, since: int) -> bool:
             return b"address already in use" in f.read().lower()
     except OSError:
         return False
+
+
+def wait_ready(p, url: str, log: Path, log_start: int, what: str, ready_s: float) -> None:
+    """Waits until `url` answers 200. If the process `p` exits first, raises
+    PortTaken when its log since `log_start` says a port was in use (for
+    start_retrying), SystemExit otherwise; SystemExit after `ready_s`."""
+    deadline = time.monotonic() + ready_s
+    while time.monotonic() < deadline:
+        if p.poll() is not None:
+            if lost_port_race(log, log_start):
+                raise PortTaken(f"{what} found a port taken")
+            raise SystemExit(f"{what} exited with {p.returncode}; see {log}")
+        try:
+            if requests.get(url, timeout=2).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.1)
+    raise SystemExit(f"{what} not ready after {ready_s:.0f}s; see {log}")
 
 
 def start_retrying(start: Callable[[], T], what: str) -> T:
