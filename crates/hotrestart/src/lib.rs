@@ -8,8 +8,10 @@
 //!   per-chunk live/garbage accounting (`index`).
 //! - A GC thread compacts chunks chosen by cost-benefit ((garbage / live) × age),
 //!   a few per cycle, copying live records from RAM sorted by age (`gc`).
-//! - Reload streams the chunks with `parallelism` reader threads into partition
-//!   threads that rebuild the index by record seq (`reload`).
+//! - Reload maps the chunks (huge pages where the file system allows) with
+//!   `parallelism` mapper threads, checks and decodes them with `parallelism`
+//!   reader threads, and hands the records to partition threads that rebuild
+//!   the index by record seq (`reload`).
 //!
 //! The byte layout, GC policy, back-pressure bound and durability guarantees are
 //! documented in `docs/hot-restart.md`.

@@ -26,7 +26,7 @@ pub const CHUNK_BYTES_MIN: u64 = 4 * 1024;
 /// Largest chunk accepted: GC plans and copies a chunk at a time, and a crash
 /// can leave a torn tail anywhere in the active one.
 pub const CHUNK_BYTES_MAX: u64 = 1024 * 1024 * 1024;
-/// Most reload reader threads.
+/// Most reload mapper (and reader) threads.
 pub const PARALLELISM_MAX: usize = 64;
 /// Most index partitions (reload partition threads).
 pub const PARTITIONS_MAX: usize = 256;
@@ -87,7 +87,8 @@ pub enum GcCrashPoint {
 pub struct Config {
     /// A chunk is sealed when the next record would take it past this size.
     pub chunk_size_bytes: u64,
-    /// Reload reader threads, each streaming its own chunk files.
+    /// Reload mapper threads (each reading its own chunk files) and as many
+    /// reader threads (each checking and decoding the files mapped).
     pub parallelism: usize,
     /// Index partitions, and reload partition threads (one per partition).
     pub partitions: usize,

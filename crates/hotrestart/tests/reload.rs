@@ -482,3 +482,35 @@ fn version_1_chunks_reload_and_new_records_go_to_version_2_chunks() {
         "new chunks are version 2"
     );
 }
+
+/// A chunk file that cannot be read (here a directory under a chunk file's
+/// name: it opens, but cannot be mapped) stops the reload with that name,
+/// whichever mapper thread reads it and however many files the others read.
+#[test]
+fn a_chunk_file_that_cannot_be_read_stops_the_reload_naming_it() {
+    let src = tempfile::tempdir().unwrap();
+    let cfg = Config {
+        chunk_size_bytes: 16 * 1024,
+        ..common::small_config()
+    };
+    let (store, _) = Store::open(src.path(), cfg.clone()).unwrap();
+    for k in 0..2000u32 {
+        store.put(format!("t/{k}").as_bytes(), &[7u8; 100]).unwrap();
+    }
+    store.close().unwrap();
+    for parallelism in [1, 2, 4] {
+        let dir = tempfile::tempdir().unwrap();
+        common::copy_dir(src.path(), dir.path());
+        let bad = dir.path().join("chunk-00000000000000f0.val");
+        std::fs::create_dir(&bad).unwrap();
+        let cfg = Config {
+            parallelism,
+            ..cfg.clone()
+        };
+        match Store::open(dir.path(), cfg) {
+            Err(Error::Io { path, .. }) => assert_eq!(path, bad, "parallelism {parallelism}"),
+            Err(e) => panic!("parallelism {parallelism}: not an I/O error naming the file: {e}"),
+            Ok(_) => panic!("parallelism {parallelism}: a reload read a directory as a chunk"),
+        }
+    }
+}

@@ -617,8 +617,9 @@ pub struct HotArgs {
     /// store). Also on `POST /checkpoint` and at shutdown.
     #[arg(long, default_value_t = tickdb_rdb::hot::CHECKPOINT_INTERVAL_S_DEFAULT, value_name = "SECONDS")]
     pub checkpoint_interval_s: u64,
-    /// Reader threads reloading the store at start (each maps whole chunk
-    /// files), and threads checking the restored chunk images.
+    /// Threads reloading the store at start: N read (map) whole chunk files
+    /// while N others check and decode the files read; also the threads
+    /// checking the restored chunk images.
     #[arg(long, default_value_t = 2, value_name = "N")]
     pub hot_restart_parallelism: usize,
 }

@@ -43,7 +43,8 @@ pub const CHECKPOINT_INTERVAL_S_DEFAULT: u64 = 300;
 #[derive(Debug, Clone)]
 pub struct HotOptions {
     pub dir: PathBuf,
-    /// Reload reader threads, and table restore threads.
+    /// Reload mapper threads (and as many reader threads), and table
+    /// restore threads.
     pub parallelism: usize,
     /// fsync at checkpoints (off only for benchmarks and tests that need no
     /// power-loss safety).
