@@ -105,10 +105,7 @@ def main() -> int:
             benchutil.quiet("DuckDB", sym, busy, log)
             r["duckdb"] = bq.timed(lambda: con.execute(q["duckdb"]).fetchall(), a.repeats)
             answers = {k: v[1][0] for k, v in r.items() if k != "hint"}
-            n = {k: int(v[0]) for k, v in answers.items()}
-            s = {k: float(v[1] or 0.0) for k, v in answers.items()}
-            ok = len(set(n.values())) == 1 and max(s.values()) - min(s.values()) <= 1e-6 * max(1.0, abs(max(s.values())))
-            if not ok:
+            if not benchutil.same_answers(answers):
                 disagree.append(f"{sym}: {answers}")
                 log(f"  WARNING: the systems disagree for {sym}: {answers}")
             log(f"{label} {sym}: " + ", ".join(f"{k} {bq.fmt_s(v[0])}" for k, v in r.items() if k != "hint"))

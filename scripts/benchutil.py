@@ -130,6 +130,33 @@ def settle_text() -> str:
             f"the system timed before it winds down (QuestDB's JVM, DuckDB's threads, on the same cores). ")
 
 
+# Sums of doubles differ in their last bits between systems that add in
+# different orders; a larger difference is a different answer.
+SUM_REL_TOLERANCE = 1e-6
+
+
+def same_answers(answers: dict[str, object]) -> bool:
+    """Whether every system's answer (one result row: counts and sums) is the
+    same, column by column: counts exactly, sums to SUM_REL_TOLERANCE. A
+    missing row or a row of another width is a different answer."""
+    rows = [tuple(r) if r is not None else None for r in answers.values()]
+    if any(r is None for r in rows) or len({len(r) for r in rows}) != 1:
+        return len(set(rows)) <= 1
+    for col in zip(*rows):
+        if any(v is None for v in col):
+            if any(v is not None for v in col):
+                return False
+            continue
+        if all(isinstance(v, int) for v in col):
+            if len(set(col)) != 1:
+                return False
+            continue
+        xs = [float(v) for v in col]
+        if max(xs) - min(xs) > SUM_REL_TOLERANCE * max(1.0, max(abs(x) for x in xs)):
+            return False
+    return True
+
+
 def load_ilp(http_port: int, df: pd.DataFrame, table: str,
              progress: Callable[[int, int, float], None] | None = None) -> float:
     """Sends df (with `sym` and `time` columns) through the questdb client
