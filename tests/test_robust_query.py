@@ -461,3 +461,16 @@ def test_pg_results_stream_in_bounded_memory(cluster):
     # The rows as text are ~40 MB and as Arrow more; streamed, a few
     # batches are held.
     assert peak - base < 64 << 20, peak - base
+
+
+def test_status_says_how_the_c_allocator_is_tuned(cluster, monkeypatch, tmp_path):
+    """Every tickdb process sets glibc malloc's thresholds as it starts
+    (docs/robustness.md, "The C allocator"); /status says so, and a
+    GLIBC_TUNABLES that sets a threshold is left to win."""
+    db = cluster.up()
+    assert db.status()["process"]["malloc"] == {
+        "state": "tuned", "mmap_threshold_bytes": 32 << 20, "trim_threshold_bytes": 64 << 20}
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.trim_threshold=1048576")
+    other = cluster.up(data_dir=tmp_path / "other")
+    assert other.status()["process"]["malloc"] == {
+        "state": "left to GLIBC_TUNABLES", "mmap_threshold_bytes": None, "trim_threshold_bytes": None}

@@ -598,6 +598,7 @@ async fn status(State(s): State<AppState>) -> Response {
             "rss_bytes": m.rss_bytes,
             "rss_anon_bytes": m.rss_anon_bytes,
             "rss_file_bytes": m.rss_file_bytes,
+            "malloc": malloc_status(),
         });
     }
     (
@@ -605,6 +606,17 @@ async fn status(State(s): State<AppState>) -> Response {
         body.to_string(),
     )
         .into_response()
+}
+
+/// The C allocator's thresholds as `crate::malloc::tune` left them.
+fn malloc_status() -> serde_json::Value {
+    let st = crate::malloc::state();
+    let tuned = st == crate::malloc::State::Tuned;
+    json!({
+        "state": st.name(),
+        "mmap_threshold_bytes": tuned.then_some(crate::malloc::MMAP_THRESHOLD_BYTES),
+        "trim_threshold_bytes": tuned.then_some(crate::malloc::TRIM_THRESHOLD_BYTES),
+    })
 }
 
 async fn metrics(State(s): State<AppState>) -> Response {

@@ -33,10 +33,49 @@ pub const TRIM_THRESHOLD_BYTES: usize = 64 << 20;
 /// before any thread starts. False where it did nothing: not glibc, or
 /// `GLIBC_TUNABLES` sets them.
 pub fn tune() -> bool {
-    if overridden(&std::env::var("GLIBC_TUNABLES").unwrap_or_default()) {
-        return false;
+    let tunables = std::env::var("GLIBC_TUNABLES").unwrap_or_default();
+    let state = if overridden(&tunables) {
+        State::LeftToTunables
+    } else if set_thresholds() {
+        State::Tuned
+    } else {
+        State::NotGlibc
+    };
+    let _ = STATE.set(state);
+    state == State::Tuned
+}
+
+/// What `tune` did in this process, as `/status` reports it
+/// (`process.malloc`): an operator reading the RSS can see which
+/// thresholds the allocator runs with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// The thresholds are `MMAP_THRESHOLD_BYTES` and `TRIM_THRESHOLD_BYTES`.
+    Tuned,
+    /// `GLIBC_TUNABLES` sets a threshold: glibc's, as the variable says.
+    LeftToTunables,
+    /// Not glibc (or mallopt refused): the allocator's own.
+    NotGlibc,
+    /// `tune` was never called: glibc's dynamic defaults.
+    NotCalled,
+}
+
+impl State {
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Tuned => "tuned",
+            State::LeftToTunables => "left to GLIBC_TUNABLES",
+            State::NotGlibc => "not glibc",
+            State::NotCalled => "glibc defaults (not tuned)",
+        }
     }
-    set_thresholds()
+}
+
+static STATE: std::sync::OnceLock<State> = std::sync::OnceLock::new();
+
+/// What `tune` did (`State::NotCalled` before it ran, or if it never did).
+pub fn state() -> State {
+    STATE.get().copied().unwrap_or(State::NotCalled)
 }
 
 /// Whether a `GLIBC_TUNABLES` value sets either threshold.
