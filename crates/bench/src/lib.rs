@@ -1005,7 +1005,8 @@ struct ReportArgs {
 type SectionFn = fn(&Path, &Path, &ReportArgs) -> Result<String>;
 
 /// The sections `report --only` runs alone.
-const REPORT_ONLY: [(&str, SectionFn); 7] = [
+const REPORT_ONLY: [(&str, SectionFn); 8] = [
+    ("ingest", ingest_section),
     ("sharding", sharding_section),
     ("ipc", ipc_section),
     ("failover", failover_section),
@@ -1335,15 +1336,8 @@ fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
     }
     let machine = machine::Machine::probe(work);
     let started = std::time::SystemTime::now();
-    let (ia, la, ja) = if a.quick {
+    let (la, ja) = if a.quick {
         (
-            IngestArgs {
-                rows: 200_000,
-                repeats: 1,
-                conns: vec![1, 4],
-                no_questdb: a.no_questdb,
-                seed: 42,
-            },
             LatencyArgs {
                 rate: 20_000,
                 seconds: 3,
@@ -1357,13 +1351,6 @@ fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
         )
     } else {
         (
-            IngestArgs {
-                rows: 2_000_000,
-                repeats: 3,
-                conns: vec![1, 4],
-                no_questdb: a.no_questdb,
-                seed: 42,
-            },
             LatencyArgs {
                 rate: 100_000,
                 seconds: 10,
@@ -1376,9 +1363,8 @@ fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
             },
         )
     };
-    eprintln!("[1/3] ingest");
-    let ingest = ingest::run(bin, work, &ingest_opts(&ia))?;
-    eprintln!("[2/3] latency");
+    let ingest_md = ingest_section(bin, work, a)?;
+    eprintln!("[latency] tick to subscriber");
     let lo = latency_opts(&la);
     let lat = latency::run(bin, work, &lo)?;
     // The target rate (ten times the Optane kdb+ study's), zero-latency mode:
@@ -1393,7 +1379,7 @@ fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
     } else {
         Some(latency::run(bin, work, &target)?)
     };
-    eprintln!("[3/3] journal");
+    eprintln!("[journal] write and replay");
     let jr = journal::run(bin, work, &journal_opts(&ja))?;
     let stack_md = stack_and_insert_sections(bin, work, a)?;
     let hot_md = hot_restart_sections(bin, work, a)?;
@@ -1422,10 +1408,8 @@ fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
     md.push_str("## Machine\n\n");
     md.push_str(&machine.markdown());
     md.push_str("\nThe benchmark clients, the servers and the peers share this machine's cores, so every figure includes the client's own CPU cost.\n\n");
-    md.push_str("## ILP ingest\n\n");
-    md.push_str(&ingest.markdown());
-    md.push_str("\nQuestDB runs from its Maven Central jar with its defaults (WAL tables, commits without fsync), listeners on 127.0.0.1, telemetry off; each of its runs writes a new table, auto-created by ILP. tickdb starts fresh for each run. Both are timed until the rows are queryable.\n\n");
-    md.push_str("## Tick-to-subscriber latency\n\n");
+    md.push_str(ingest_md.trim_start_matches('\n'));
+    md.push_str("\n## Tick-to-subscriber latency\n\n");
     md.push_str(&latency::markdown(&lat, &lo));
     if let Some(t) = &lat_target {
         md.push_str("\nAt the target rate, ten times 48,000 rows/s:\n\n");
@@ -1515,6 +1499,26 @@ fn failover_section(bin: &Path, work: &Path, a: &ReportArgs) -> Result<String> {
         )));
     }
     Ok(format!("\n## Failover\n\n{}", r.markdown()))
+}
+
+/// The ILP ingest section: rows/s over TCP and HTTP, 1 and 4 connections,
+/// tickdb under `--fsync never` and `always` against QuestDB in the same run.
+fn ingest_section(bin: &Path, work: &Path, a: &ReportArgs) -> Result<String> {
+    let ia = IngestArgs {
+        rows: if a.quick { 200_000 } else { 2_000_000 },
+        repeats: if a.quick { 1 } else { 3 },
+        conns: vec![1, 4],
+        no_questdb: a.no_questdb,
+        seed: 42,
+    };
+    eprintln!("[ingest] ILP over TCP and HTTP, 1 and 4 connections, against QuestDB");
+    let r = ingest::run(bin, work, &ingest_opts(&ia))?;
+    Ok(format!(
+        "\n## ILP ingest\n\n{}\nQuestDB runs from its Maven Central jar with its defaults (WAL tables, commits \
+         without fsync), listeners on 127.0.0.1, telemetry off; each of its runs writes a new table, auto-created \
+         by ILP. tickdb starts fresh for each run. Both are timed until the rows are queryable.\n",
+        r.markdown()
+    ))
 }
 
 /// The kdb+ IPC section: the bulk insert over IPC against ILP, and

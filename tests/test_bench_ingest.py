@@ -1,0 +1,37 @@
+"""`tickdb bench report --only ingest` at the quick size against the binary
+under test, without QuestDB, into a copy of docs/benchmarks.md: the "ILP
+ingest" section is measured again and replaces itself in place, and nothing
+after it changes. `tickdb bench ingest` checks that every row it sent is
+queryable before it stops a clock, so a run is also an end-to-end test of
+ILP over TCP and HTTP under both fsync modes. Speed is not asserted."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from harness import run
+
+ROOT = Path(__file__).resolve().parent.parent
+SECTION = "\n## ILP ingest\n"
+NEXT = "\n## Tick-to-subscriber latency\n"
+
+
+def test_bench_report_only_ingest_replaces_its_section_and_nothing_else(tmp_path):
+    doc = tmp_path / "benchmarks.md"
+    shutil.copy(ROOT / "docs" / "benchmarks.md", doc)
+    before = doc.read_text()
+    r = run(["bench", "report", "--only", "ingest", "--quick", "--no-questdb", "--out", str(doc),
+             "--work-dir", str(tmp_path / "w")], timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    after = doc.read_text()
+    assert after.count(SECTION) == 1 and after.count(NEXT) == 1, after
+    section = after.split(SECTION)[1].split("\n## ")[0]
+    assert "200000 trade rows per run" in section, section
+    cells = [line for line in section.splitlines() if line.startswith(("| TCP", "| HTTP"))]
+    assert len(cells) == 4, section
+    for line in cells:
+        never, always = line.split("|")[3:5]
+        assert never.strip()[0].isdigit() and always.strip()[0].isdigit(), line
+    assert after.split(NEXT)[1] == before.split(NEXT)[1]
+    assert '`tickdb bench report --only ingest --quick` regenerated "ILP ingest" alone' in after, after[:3000]
