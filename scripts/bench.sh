@@ -59,8 +59,9 @@
 #                                   about 30 minutes; not run by this script)
 #   target/release/tickdb bench report --only sharding [--quick]
 #                                   (about 3 minutes; --quick about 1;
-#                                   sections: sharding, ipc, failover,
-#                                   replication, robustness, hot-restart, stack)
+#                                   sections: ingest (under a minute), sharding,
+#                                   ipc, failover, replication, robustness,
+#                                   hot-restart (about 3 minutes), stack)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ ! -x .venv/bin/python ]]; then
