@@ -547,9 +547,8 @@ impl RestartReport {
                      checking and decoding every record (a CRC32C over every byte), and the journal's recovery \
                      scan, which reads the journal's tail on the same disk at the same time."
                 } else {
-                    "Mapping every page costs more than reading into one reused buffer here (the files are \
-                     not in large folios, or the kernel maps them in small pages), and a reload must keep \
-                     what it read."
+                    "Here the mapping read the files more slowly than `read()` into one reused buffer, and a \
+                     reload must keep what it read."
                 };
                 s.push_str(&format!(
                     "\nThe reload reads a chunk file by mapping it whole, advised huge pages and populated \
