@@ -132,56 +132,16 @@ pub fn read_files(files: &[PathBuf], threads: usize) -> Result<(u64, f64)> {
     })
 }
 
-/// A mapped read of `files`, as `read_files` but each file mapped whole and
-/// read-only, advised huge pages and populated (`MADV_HUGEPAGE`, then
-/// `MADV_POPULATE_READ`: the kernel reads it into the page cache and maps
-/// every page, 2 MiB per entry where the file lies in large folios), then
-/// unmapped. This is how a Hot Restart reload reads a chunk file before it
-/// checks a byte of it, so it is that reload's floor on this disk. Call
-/// `evict` first.
+/// A mapped read of `files`, as `read_files` but each file mapped whole by
+/// the Hot Restart reload's own `map_chunk_file` (huge pages where the file
+/// system allows, populated), then unmapped. That is how a reload reads a
+/// chunk file before it checks a byte of it, so this is the reload's floor
+/// on this disk. Call `evict` first.
 pub fn map_files(files: &[PathBuf], threads: usize) -> Result<(u64, f64)> {
-    use std::os::fd::AsRawFd;
     each_file(files, threads, |f, bytes, _| {
-        let file =
-            std::fs::File::open(f).map_err(BenchError::io(format!("opening {}", f.display())))?;
-        let len = file
-            .metadata()
-            .map_err(BenchError::io(format!("stat {}", f.display())))?
-            .len() as usize;
-        if len == 0 {
-            return Ok(());
-        }
-        // SAFETY: a fresh read-only mapping of an open file, never
-        // dereferenced here, unmapped below with the same length.
-        unsafe {
-            let p = libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            );
-            if p == libc::MAP_FAILED {
-                return Err(BenchError::Server(format!(
-                    "mapping {}: {}",
-                    f.display(),
-                    std::io::Error::last_os_error()
-                )));
-            }
-            // Advice, as the reload gives it: refused without huge pages.
-            libc::madvise(p, len, libc::MADV_HUGEPAGE);
-            let populated = libc::madvise(p, len, libc::MADV_POPULATE_READ);
-            let why = std::io::Error::last_os_error();
-            libc::munmap(p, len);
-            if populated != 0 {
-                return Err(BenchError::Server(format!(
-                    "populating the mapping of {}: {why}",
-                    f.display()
-                )));
-            }
-        }
-        bytes.fetch_add(len as u64, Ordering::Relaxed);
+        let map = tickdb_hotrestart::map_chunk_file(f)
+            .map_err(|e| BenchError::Server(format!("mapping {}: {e}", f.display())))?;
+        bytes.fetch_add(map.map_or(0, |m| m.len() as u64), Ordering::Relaxed);
         Ok(())
     })
 }

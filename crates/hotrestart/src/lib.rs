@@ -30,8 +30,8 @@ pub use format::{ChunkKind, RecordKind};
 pub use gc::EMPTY_CHUNKS_PER_CYCLE_MAX;
 pub use index::{ChunkState, Key, MappedBytes, Value, ValueSource};
 pub use reload::{
-    ReloadReport, TornTail, PARTITION_QUEUE_BATCHES, RELOAD_BATCH_BYTES, RELOAD_BATCH_RECORDS,
-    RELOAD_MAP_VALUE_BYTES_MIN,
+    map_chunk_file, ReloadReport, TornTail, PARTITION_QUEUE_BATCHES, RELOAD_BATCH_BYTES,
+    RELOAD_BATCH_RECORDS, RELOAD_MAP_VALUE_BYTES_MIN,
 };
 pub use store::{
     ChunkStats, Config, GcConfig, GcCrashPoint, IoStats, Stats, Store,

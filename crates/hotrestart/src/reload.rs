@@ -213,18 +213,25 @@ fn list_dir(dir: &Path, report: &mut ReloadReport) -> Result<(Vec<Job>, u64)> {
     Ok((jobs, max_chunk_seq))
 }
 
-/// A chunk file mapped read-only, in whole. Its pages are the page cache's:
-/// reading them copies nothing, and a large value can stay where it is.
+/// A chunk file mapped read-only, in whole (`None` when it is empty). Its
+/// pages are the page cache's: reading them copies nothing, and a large
+/// value can stay where it is. This is how a reload reads every chunk file;
+/// `tickdb bench restart` times it alone, as the reload's floor.
 ///
 /// The mapping asks for transparent huge pages before it is populated, so
 /// that where the file system keeps the file in large folios (ext4 and XFS
 /// on recent kernels) each 2 MiB of it is mapped by one page-table entry
 /// instead of 512: populating a 64 MiB chunk then takes 32 faults instead of
 /// 16,384, and reading the file this way runs at or above the speed of
-/// `read()` into a reused buffer. Where huge pages are not
-/// available the advice is refused and the mapping uses small pages.
-fn map_file(job: &Job, file: &File) -> Result<Option<Arc<memmap2::Mmap>>> {
-    if job.size == 0 {
+/// `read()` into a reused buffer. Where huge pages are not available the
+/// advice is refused and the mapping uses small pages.
+pub fn map_chunk_file(path: &Path) -> Result<Option<memmap2::Mmap>> {
+    let file = File::open(path).map_err(|e| Error::io("open", path, e))?;
+    let len = file
+        .metadata()
+        .map_err(|e| Error::io("stat", path, e))?
+        .len() as usize;
+    if len == 0 {
         return Ok(None);
     }
     // SAFETY: the store holds the directory's LOCK, and no chunk file is
@@ -232,34 +239,24 @@ fn map_file(job: &Job, file: &File) -> Result<Option<Arc<memmap2::Mmap>>> {
     // only appended to (beyond this mapping's length), and the only
     // truncation, of a torn tail below, cuts bytes no record handed out
     // lies in. So no mapped byte changes or disappears while mapped.
-    let map = unsafe { memmap2::MmapOptions::new().len(job.size as usize).map(file) }
-        .map_err(|e| Error::io("map", &job.path, e))?;
+    let map = unsafe { memmap2::MmapOptions::new().len(len).map(&file) }
+        .map_err(|e| Error::io("map", path, e))?;
     // Advice only: a kernel without transparent huge pages refuses it.
     let _ = map.advise(memmap2::Advice::HugePage);
-    if let Err(e) = map.advise(memmap2::Advice::PopulateRead) {
+    match map.advise(memmap2::Advice::PopulateRead) {
+        Ok(()) => Ok(Some(map)),
         // Kernels before 5.14 have no MADV_POPULATE_READ: populate at map
-        // time instead (small pages). Any other error is the file's.
-        if e.raw_os_error() != Some(libc::EINVAL) {
-            return Err(Error::io("read (populate the mapping of)", &job.path, e));
+        // time instead (small pages).
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            drop(map);
+            // SAFETY: as above.
+            unsafe { memmap2::MmapOptions::new().len(len).populate().map(&file) }
+                .map(Some)
+                .map_err(|e| Error::io("map", path, e))
         }
-        drop(map);
-        // SAFETY: as above.
-        let map = unsafe {
-            memmap2::MmapOptions::new()
-                .len(job.size as usize)
-                .populate()
-                .map(file)
-        }
-        .map_err(|e| Error::io("map", &job.path, e))?;
-        return Ok(Some(Arc::new(map)));
+        // Any other error is the file's.
+        Err(e) => Err(Error::io("read (populate the mapping of)", path, e)),
     }
-    Ok(Some(Arc::new(map)))
-}
-
-/// Opens and maps one chunk file (`map_file`): the reading half of a reload.
-fn read_file(job: &Job) -> Result<Option<Arc<memmap2::Mmap>>> {
-    let file = File::open(&job.path).map_err(|e| Error::io("open", &job.path, e))?;
-    map_file(job, &file)
 }
 
 /// Decodes one mapped chunk file, handing records to `emit` and prefix tombstones to `pts`.
@@ -396,7 +393,10 @@ fn mapper(jobs: &[Job], next: &AtomicUsize, out: Sender<MappedJob>) {
         let i = next.fetch_add(1, Ordering::Relaxed);
         let Some(job) = jobs.get(i) else { return };
         // The readers are gone (one failed, the reload stops): stop too.
-        if out.send((i, read_file(job))).is_err() {
+        if out
+            .send((i, map_chunk_file(&job.path).map(|m| m.map(Arc::new))))
+            .is_err()
+        {
             return;
         }
     }
