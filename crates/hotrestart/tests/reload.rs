@@ -514,3 +514,92 @@ fn a_chunk_file_that_cannot_be_read_stops_the_reload_naming_it() {
         }
     }
 }
+
+/// `FilePmdMapped` of the mapping of this process that holds `addr`, in
+/// KiB (/proc/self/smaps): how much of it is mapped 2 MiB per entry.
+fn file_pmd_mapped_kib(addr: usize) -> Option<u64> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let mut inside = false;
+    for line in smaps.lines() {
+        let range = line.split_whitespace().next().unwrap_or("");
+        if let Some((lo, hi)) = range.split_once('-') {
+            if let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+            {
+                inside = (lo..hi).contains(&addr);
+                continue;
+            }
+        }
+        if inside {
+            if let Some(v) = line.strip_prefix("FilePmdMapped:") {
+                return v.split_whitespace().next()?.parse().ok();
+            }
+        }
+    }
+    None
+}
+
+/// Empties the page cache of every file in `dir`, so the next read of them
+/// comes from the disk (and lands in folios the reader's advice chose).
+fn evict(dir: &std::path::Path) {
+    use std::os::fd::AsRawFd;
+    for e in std::fs::read_dir(dir).unwrap() {
+        let f = std::fs::File::open(e.unwrap().path()).unwrap();
+        f.sync_all().unwrap();
+        // SAFETY: a valid open descriptor for the call's duration.
+        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    }
+}
+
+/// Where the file system keeps files in large folios, a reload maps its
+/// chunk files 2 MiB per page-table entry (`map_chunk_file` advises huge
+/// pages before populating): a large value kept in place lies in such a
+/// mapping. Where a bare mapping of a file with the same advice gets no
+/// huge pages (no transparent huge pages, or small folios), skipped,
+/// saying so.
+#[test]
+fn a_reload_maps_chunk_files_in_huge_pages_where_the_file_system_allows() {
+    const VALUE_BYTES: usize = 8 << 20;
+    let probe_dir = tempfile::tempdir().unwrap();
+    let probe = probe_dir.path().join("probe");
+    std::fs::write(&probe, vec![1u8; VALUE_BYTES]).unwrap();
+    evict(probe_dir.path());
+    let file = std::fs::File::open(&probe).unwrap();
+    // SAFETY: a read-only mapping of a file nobody changes.
+    let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+    let _ = map.advise(memmap2::Advice::HugePage);
+    let huge = map.advise(memmap2::Advice::PopulateRead).is_ok()
+        && file_pmd_mapped_kib(map.as_ptr() as usize).unwrap_or(0) > 0;
+    drop(map);
+    if !huge {
+        eprintln!("skipped: a mapping of a file advised MADV_HUGEPAGE got no huge pages here");
+        return;
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = Config {
+        chunk_size_bytes: 64 * 1024 * 1024,
+        ..common::small_config()
+    };
+    let (store, _) = Store::open(dir.path(), cfg.clone()).unwrap();
+    for k in 0..3u8 {
+        store
+            .put(format!("big/{k}").as_bytes(), &vec![k; VALUE_BYTES])
+            .unwrap();
+    }
+    store.close().unwrap();
+    evict(dir.path());
+    let (store, _) = Store::open(dir.path(), cfg).unwrap();
+    let mapped: Vec<usize> = store
+        .iter_prefix(b"big/")
+        .filter_map(|(_, v)| match v {
+            tickdb_hotrestart::Value::Mapped(m) => Some(m.as_slice().as_ptr() as usize),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(mapped.len(), 3, "the large values are kept where they lie");
+    let kib = file_pmd_mapped_kib(mapped[0]).expect("the value's mapping is in smaps");
+    assert!(
+        kib >= 2048,
+        "the chunk file is mapped in small pages ({kib} KiB in huge ones)"
+    );
+}
