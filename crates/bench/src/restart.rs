@@ -592,10 +592,10 @@ impl RestartReport {
             o.batch_rows,
             // The floor is the faster of the two ways of reading the files.
             match (
-                match (raw, median(&self.mapped_read_mb_s)) {
-                    (Some(a), Some(b)) => Some(a.max(b)),
-                    (a, b) => a.or(b),
-                },
+                [raw, median(&self.mapped_read_mb_s)]
+                    .into_iter()
+                    .flatten()
+                    .reduce(f64::max),
                 median(&self.full_replay.secs),
             ) {
                 (Some(fastest), Some(full)) if fastest > 0.0 => format!(
