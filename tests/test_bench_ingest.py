@@ -10,6 +10,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from harness import run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,8 +32,46 @@ def test_bench_report_only_ingest_replaces_its_section_and_nothing_else(tmp_path
     assert "200000 trade rows per run" in section, section
     cells = [line for line in section.splitlines() if line.startswith(("| TCP", "| HTTP"))]
     assert len(cells) == 4, section
+    assert "| QuestDB default | QuestDB tuned |" in section, section
     for line in cells:
         never, always = line.split("|")[3:5]
         assert never.strip()[0].isdigit() and always.strip()[0].isdigit(), line
     assert after.split(NEXT)[1] == before.split(NEXT)[1]
     assert '`tickdb bench report --only ingest --quick` regenerated "ILP ingest" alone' in after, after[:3000]
+
+
+def _java_or_skip():
+    if shutil.which("java") is None:
+        pytest.skip("no java on PATH: QuestDB (a Maven Central jar) cannot run here")
+
+
+def test_bench_ingest_runs_questdb_in_its_default_and_tuned_forms(tmp_path):
+    """Both QuestDB forms ingest the same rows, pass the count and sum(size)
+    check, and the ratio names the better one."""
+    _java_or_skip()
+    r = run(["bench", "ingest", "--rows", "50000", "--repeats", "1", "--conns", "1",
+             "--work-dir", str(tmp_path / "w")], timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "| QuestDB default | QuestDB tuned |" in r.stdout, r.stdout
+    cells = [line for line in r.stdout.splitlines() if line.startswith(("| TCP", "| HTTP"))]
+    assert len(cells) == 2, r.stdout
+    for line in cells:
+        cols = [c.strip() for c in line.strip("|").split("|")]
+        default, tuned, ratio_never, ratio_always = cols[4:8]
+        assert default[0].isdigit() and tuned[0].isdigit(), line
+        for ratio in (ratio_never, ratio_always):
+            assert ratio.endswith(("(default)", "(tuned)")) and ratio[0].isdigit(), line
+
+
+def test_bench_insert_runs_questdb_in_its_default_and_tuned_forms(tmp_path):
+    _java_or_skip()
+    r = run(["bench", "insert", "--rows", "50000", "--fsync", "never",
+             "--work-dir", str(tmp_path / "w")], timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = {line.split("|")[1].strip(): line for line in r.stdout.splitlines()
+            if line.startswith("| ")}
+    names = [n for n in rows if n.startswith("QuestDB")]
+    assert len(names) == 2 and any("(default" in n for n in names) \
+        and any("(tuned" in n for n in names), r.stdout
+    tickdb = rows["tickdb up --fsync never"]
+    assert tickdb.rstrip().rstrip("|").split("|")[-1].strip().endswith("×"), tickdb

@@ -166,17 +166,22 @@ pub fn read_response_full<R: BufRead>(r: &mut R) -> Result<Response> {
 /// One GET of `/exec?query=sql`, answered with JSON whose `dataset[0][0]` is
 /// a number (tickdb and QuestDB both answer in this shape).
 pub fn exec_scalar(port: u16, sql: &str) -> Result<i64> {
+    let v = exec_json(port, sql)?;
+    v["dataset"][0][0]
+        .as_i64()
+        .ok_or_else(|| proto(format!("{sql}: no number in {v}")))
+}
+
+/// One GET of `/exec?query=sql` answered 200, its JSON body parsed (a
+/// statement's rows in `dataset`; QuestDB answers DDL with `{"ddl":"OK"}`).
+pub fn exec_json(port: u16, sql: &str) -> Result<serde_json::Value> {
     let path = format!("/exec?query={}", url_encode(sql));
     let (status, body) = HttpConn::connect(port)?.request("GET", &path, b"")?;
     let text = String::from_utf8_lossy(&body);
     if status != 200 {
         return Err(BenchError::Server(format!("{sql}: HTTP {status}: {text}")));
     }
-    let v: serde_json::Value =
-        serde_json::from_slice(&body).map_err(|e| proto(format!("{sql}: {e}: {text}")))?;
-    v["dataset"][0][0]
-        .as_i64()
-        .ok_or_else(|| proto(format!("{sql}: no number in {text}")))
+    serde_json::from_slice(&body).map_err(|e| proto(format!("{sql}: {e}: {text}")))
 }
 
 /// A request answered 200 with a JSON body (`GET /status`, `POST

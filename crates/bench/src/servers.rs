@@ -193,15 +193,21 @@ pub fn questdb_unavailable() -> Option<String> {
     }
 }
 
-/// Starts QuestDB with its defaults (WAL tables, no fsync on commit:
-/// "nosync"), every listener on 127.0.0.1, PostgreSQL wire and the minimal
-/// HTTP server off (not measured), telemetry off.
-pub fn start_questdb(work: &Path) -> Result<QuestDb> {
+/// Starts a fresh QuestDB with its defaults (WAL tables, no fsync on
+/// commit: "nosync"), every listener on 127.0.0.1, PostgreSQL wire and the
+/// minimal HTTP server off (not measured), telemetry off, and `extra` lines
+/// appended to its server.conf (each `key=value\n`; empty for its defaults):
+/// a benchmark's documented tuning for one case.
+pub fn start_questdb_with(work: &Path, extra: &str) -> Result<QuestDb> {
     if let Some(why) = questdb_unavailable() {
         return Err(BenchError::Server(format!("QuestDB not available: {why}")));
     }
     let jar = questdb_jar()?;
     let root = work.join("questdb-root");
+    // Every start is a fresh server: no tables left by an earlier one.
+    if root.exists() {
+        std::fs::remove_dir_all(&root).map_err(BenchError::io("clearing the QuestDB root"))?;
+    }
     let conf = root.join("conf");
     std::fs::create_dir_all(&conf).map_err(BenchError::io("creating the QuestDB root"))?;
     let (http, ilp) = (free_port()?, free_port()?);
@@ -211,7 +217,8 @@ pub fn start_questdb(work: &Path) -> Result<QuestDb> {
          pg.enabled=false\n\
          http.min.enabled=false\n\
          line.udp.enabled=false\n\
-         telemetry.enabled=false\n"
+         telemetry.enabled=false\n\
+         {extra}"
     );
     std::fs::write(conf.join("server.conf"), server_conf)
         .map_err(BenchError::io("writing server.conf"))?;
