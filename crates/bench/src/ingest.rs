@@ -269,7 +269,6 @@ pub struct IngestReport {
 /// One QuestDB form for one case: a fresh server set up for it, one
 /// untimed run (the JVM compiles its ingest path during the first), then
 /// `repeats` timed runs, each into a new table.
-#[allow(clippy::too_many_arguments)]
 fn questdb_case(
     work: &Path,
     form: QdbForm,
@@ -310,7 +309,7 @@ pub fn run(bin: &Path, work: &Path, o: &IngestOptions) -> Result<IngestReport> {
     let mut questdb = o.questdb;
     if !o.questdb {
         qdb_note = "QuestDB not measured (--no-questdb)".into();
-    } else if let Some(why) = servers::questdb_unavailable() {
+    } else if let Some(why) = servers::questdb_missing()? {
         qdb_note = format!("QuestDB not measured: {why}");
         questdb = false;
     }

@@ -293,7 +293,7 @@ pub fn run(bin: &Path, work: &Path, o: &InsertBenchOptions) -> Result<InsertRepo
     let mut questdb_note = String::new();
     if !o.questdb {
         questdb_note = "QuestDB not measured (--no-questdb).".into();
-    } else if let Some(why) = servers::questdb_unavailable() {
+    } else if let Some(why) = servers::questdb_missing()? {
         questdb_note = format!("QuestDB not measured: {why}");
     } else {
         for form in [QdbForm::Default, QdbForm::Tuned] {

@@ -184,6 +184,20 @@ pub fn questdb_jar() -> Result<PathBuf> {
     Ok(jar)
 }
 
+/// Why QuestDB cannot run here (no java, or its jar cannot be fetched), if
+/// it cannot: a benchmark then reports its peer as not measured. An
+/// interrupt is passed on.
+pub fn questdb_missing() -> Result<Option<String>> {
+    if let Some(why) = questdb_unavailable() {
+        return Ok(Some(why));
+    }
+    match questdb_jar() {
+        Ok(_) => Ok(None),
+        Err(BenchError::Interrupted) => Err(BenchError::Interrupted),
+        Err(e) => Ok(Some(e.to_string())),
+    }
+}
+
 /// Why QuestDB cannot run here, if it cannot.
 pub fn questdb_unavailable() -> Option<String> {
     match Command::new("java").arg("-version").output() {
