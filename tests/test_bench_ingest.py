@@ -75,3 +75,9 @@ def test_bench_insert_runs_questdb_in_its_default_and_tuned_forms(tmp_path):
         and any("(tuned" in n for n in names), r.stdout
     tickdb = rows["tickdb up --fsync never"]
     assert tickdb.rstrip().rstrip("|").split("|")[-1].strip().endswith("×"), tickdb
+    # Three runs per server by default: rows/s is the median and the range.
+    for line in rows.values():
+        if line.startswith(("| tickdb", "| QuestDB")):
+            assert "–" in line.split("|")[3], line
+    bad = run(["bench", "insert", "--runs", "0", "--no-questdb"], timeout=60)
+    assert bad.returncode != 0 and "--runs" in bad.stderr, bad.stderr

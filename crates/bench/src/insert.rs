@@ -14,7 +14,7 @@ use crate::error::{BenchError, Result};
 use crate::http::{exec_scalar, HttpConn};
 use crate::ingest::{QdbForm, Transport};
 use crate::servers;
-use crate::stats::si;
+use crate::stats::{si, Samples};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use std::path::Path;
@@ -196,6 +196,8 @@ pub fn insert_into(
 #[derive(Debug, Clone)]
 pub struct InsertBenchOptions {
     pub rows: u64,
+    /// Timed inserts per server; each server's figures are its median run's.
+    pub runs: usize,
     pub fsync: Vec<String>,
     pub questdb: bool,
     pub seed: u64,
@@ -204,7 +206,10 @@ pub struct InsertBenchOptions {
 #[derive(Debug, Clone, Serialize)]
 pub struct InsertCase {
     pub server: String,
+    /// The median run by rows/s (the lower middle one of an even count).
     pub result: InsertResult,
+    /// rows/s of every run, in run order.
+    pub runs_rows_s: Vec<f64>,
     /// Bytes the tp journaled during the run (its /status), for the ratio
     /// to the raw disk.
     pub journal_bytes: Option<u64>,
@@ -213,6 +218,7 @@ pub struct InsertCase {
 #[derive(Debug, Clone, Serialize)]
 pub struct InsertReport {
     pub rows: u64,
+    pub runs: usize,
     pub dd_mb_s: Option<f64>,
     pub cases: Vec<InsertCase>,
     pub questdb_note: String,
@@ -260,35 +266,37 @@ pub fn run(bin: &Path, work: &Path, o: &InsertBenchOptions) -> Result<InsertRepo
         seed: o.seed,
     };
     let mut cases = Vec::new();
+    let runs = o.runs.max(1);
     for policy in &o.fsync {
         let name = format!("tickdb up --fsync {policy}");
-        let mut s = servers::start_tickdb(
-            bin,
-            work,
-            "up",
-            &format!("insert-{policy}"),
-            &["--fsync", policy],
-        )?;
-        let before = tp_bytes(s.http);
-        let target = InsertTarget {
-            http_port: s.http,
-            pid: s.child.pid(),
-        };
-        let pb = bar(&name);
-        let r = insert(&target, &opts, &pb);
-        pb.finish_and_clear();
-        let r = r.and_then(|r| wait_count(s.http, &name, "trade", opts.rows).map(|()| r));
-        let after = tp_bytes(s.http);
-        s.child.stop(Duration::from_secs(10));
-        let _ = std::fs::remove_dir_all(&s.data_dir);
-        cases.push(InsertCase {
-            server: name,
-            result: r?,
-            journal_bytes: match (before, after) {
+        let mut done = Vec::with_capacity(runs);
+        for run in 1..=runs {
+            let mut s = servers::start_tickdb(
+                bin,
+                work,
+                "up",
+                &format!("insert-{policy}"),
+                &["--fsync", policy],
+            )?;
+            let before = tp_bytes(s.http);
+            let target = InsertTarget {
+                http_port: s.http,
+                pid: s.child.pid(),
+            };
+            let pb = bar(&format!("{name}, run {run}/{runs}"));
+            let r = insert(&target, &opts, &pb);
+            pb.finish_and_clear();
+            let r = r.and_then(|r| wait_count(s.http, &name, "trade", opts.rows).map(|()| r));
+            let after = tp_bytes(s.http);
+            s.child.stop(Duration::from_secs(10));
+            let _ = std::fs::remove_dir_all(&s.data_dir);
+            let journal_bytes = match (before, after) {
                 (Some(b), Some(a)) => Some(a.saturating_sub(b)),
                 _ => None,
-            },
-        });
+            };
+            done.push((r?, journal_bytes));
+        }
+        cases.push(median_case(name, done));
     }
     let mut questdb_note = String::new();
     if !o.questdb {
@@ -297,16 +305,16 @@ pub fn run(bin: &Path, work: &Path, o: &InsertBenchOptions) -> Result<InsertRepo
         questdb_note = format!("QuestDB not measured: {why}");
     } else {
         for form in [QdbForm::Default, QdbForm::Tuned] {
-            let r = questdb_insert(work, form, &opts, &bar)?;
-            cases.push(InsertCase {
-                server: format!("QuestDB {} {}", servers::QUESTDB_VERSION, form.describe()),
-                result: r,
-                journal_bytes: None,
-            });
+            let done = questdb_insert(work, form, &opts, runs, &bar)?;
+            cases.push(median_case(
+                format!("QuestDB {} {}", servers::QUESTDB_VERSION, form.describe()),
+                done.into_iter().map(|r| (r, None)).collect(),
+            ));
         }
     }
     Ok(InsertReport {
         rows: o.rows,
+        runs,
         dd_mb_s,
         cases,
         questdb_note,
@@ -315,34 +323,58 @@ pub fn run(bin: &Path, work: &Path, o: &InsertBenchOptions) -> Result<InsertRepo
     })
 }
 
+/// A server's case from its runs: the median run by rows/s, and every
+/// run's rows/s.
+fn median_case(server: String, mut done: Vec<(InsertResult, Option<u64>)>) -> InsertCase {
+    let runs_rows_s = done.iter().map(|(r, _)| r.rows_s).collect();
+    done.sort_by(|a, b| a.0.rows_s.total_cmp(&b.0.rows_s));
+    let (result, journal_bytes) = done.swap_remove((done.len() - 1) / 2);
+    InsertCase {
+        server,
+        result,
+        runs_rows_s,
+        journal_bytes,
+    }
+}
+
 /// QuestDB in one form: a fresh server, one untimed insert into another
-/// table (its JVM compiles the ingest path during the first), then the timed
-/// insert into `trade`, whose count is checked once QuestDB has applied it.
+/// table (its JVM compiles the ingest path during the first), then `runs`
+/// timed inserts, each into a table of its own whose count is checked once
+/// QuestDB has applied it.
 fn questdb_insert(
     work: &Path,
     form: QdbForm,
     opts: &InsertOptions,
+    runs: usize,
     bar: &dyn Fn(&str) -> ProgressBar,
-) -> Result<InsertResult> {
+) -> Result<Vec<InsertResult>> {
     let mut q = servers::start_questdb_with(work, &form.server_conf(Transport::Http, 1))?;
-    let result = (|| -> Result<InsertResult> {
+    let result = (|| -> Result<Vec<InsertResult>> {
         let target = InsertTarget {
             http_port: q.http,
             pid: q.child.pid(),
         };
-        for table in ["warmup", "trade"] {
-            form.prepare(q.http, table)?;
+        let mut done = Vec::with_capacity(runs);
+        for run in 0..=runs {
+            let (table, what) = if run == 0 {
+                ("warmup".to_string(), format!("{} warm-up", form.name()))
+            } else {
+                (
+                    format!("trade_{run}"),
+                    format!("{}, run {run}/{runs}", form.name()),
+                )
+            };
+            form.prepare(q.http, &table)?;
+            let pb = bar(&what);
+            let r = insert_into(&target, opts, &table, &pb);
+            pb.finish_and_clear();
+            let r = r?;
+            wait_count(q.http, form.name(), &table, opts.rows)?;
+            if run > 0 {
+                done.push(r);
+            }
         }
-        let pb = bar(&format!("{} warm-up", form.name()));
-        let warm = insert_into(&target, opts, "warmup", &pb);
-        pb.finish_and_clear();
-        warm?;
-        let pb = bar(form.name());
-        let r = insert_into(&target, opts, "trade", &pb);
-        pb.finish_and_clear();
-        let r = r?;
-        wait_count(q.http, form.name(), "trade", opts.rows)?;
-        Ok(r)
+        Ok(done)
     })();
     q.child.stop(Duration::from_secs(20));
     result
@@ -374,8 +406,9 @@ pub const INSERT_ROWS_PREFIX: &str = "tickdb up --fsync";
 impl InsertReport {
     pub fn markdown(&self) -> String {
         let mut s = format!(
-            "The client of Zero-Impact Crash Recovery for kdb+: one connection inserts {} `trade` rows in {BATCH_ROWS}-row requests (ILP over HTTP, each answered once journaled), until every row is acknowledged. MB/s counts the ILP bytes sent (10^6 bytes); CPU (% of one core) and RSS of the server process are sampled every second from /proc. The server is `tickdb up` (tp + rdb in one process, like its kdb+ primary, which logs and holds the table). Peers measured in the same run: the raw disk (`dd conv=fdatasync`{}) for the journal's write rate, and QuestDB with the same client and rows in two forms, each a fresh server that first takes one untimed insert into another table (its JVM compiles the ingest path during it): as it ships, and tuned as its documentation prescribes for this load (the table created first with its symbol column sized to the 500 symbols, from the CREATE TABLE reference's \"Symbol capacity\"; its capacity planning guide calls ILP over HTTP \"optimal out-of-the box\"). After each insert the server's table must hold exactly the rows acknowledged (QuestDB applies acknowledged rows to its table asynchronously, so its count is checked once applied). rows/s ÷ QuestDB is against the better QuestDB form. Measured on {}, {}.\n\n",
+            "The client of Zero-Impact Crash Recovery for kdb+: one connection inserts {} `trade` rows in {BATCH_ROWS}-row requests (ILP over HTTP, each answered once journaled), until every row is acknowledged, {} times per server: rows/s is the median (min–max; `*` marks a spread over 1.3×), and the other figures are the median run's. MB/s counts the ILP bytes sent (10^6 bytes); CPU (% of one core) and RSS of the server process are sampled every second from /proc. The server is `tickdb up` (tp + rdb in one process, like its kdb+ primary, which logs and holds the table). Peers measured in the same run: the raw disk (`dd conv=fdatasync`{}) for the journal's write rate, and QuestDB with the same client and rows in two forms, each a fresh server that first takes one untimed insert into another table (its JVM compiles the ingest path during it), then inserts each run into a table of its own (tickdb starts fresh for every run): as it ships, and tuned as its documentation prescribes for this load (the table created first with its symbol column sized to the 500 symbols, from the CREATE TABLE reference's \"Symbol capacity\"; its capacity planning guide calls ILP over HTTP \"optimal out-of-the box\"). After each insert the server's table must hold exactly the rows acknowledged (QuestDB applies acknowledged rows to its table asynchronously, so its count is checked once applied). rows/s ÷ QuestDB is against the better QuestDB form. Measured on {}, {}.\n\n",
             self.rows,
+            self.runs,
             self.dd_mb_s
                 .map(|v| format!(": {v:.0} MB/s"))
                 .unwrap_or_else(|| ", not measured".into()),
@@ -398,7 +431,7 @@ impl InsertReport {
                 "| {} | {:.1} | {} | {} | {} | {} | {} | {} | {} |\n",
                 c.server,
                 r.mb_s,
-                si(r.rows_s),
+                Samples(c.runs_rows_s.clone()).describe(si),
                 pct(r.cpu_avg()),
                 pct(r.cpu_max()),
                 r.rss_max()

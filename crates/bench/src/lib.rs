@@ -925,6 +925,10 @@ struct InsertArgs {
     /// inserted 271.6 GB).
     #[arg(long, default_value = "2M", value_parser = tickdb_stack::feed::parse_count)]
     rows: u64,
+    /// Timed inserts per server: rows/s is reported as the median and the
+    /// range, the other figures from the median run.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=100))]
+    runs: u64,
     /// `tickdb up` fsync policies to measure.
     #[arg(long, value_delimiter = ',', default_value = "never,always")]
     fsync: Vec<String>,
@@ -1308,6 +1312,7 @@ fn restart_opts(a: &RestartArgs) -> restart::RestartOptions {
 fn insert_opts(a: &InsertArgs) -> insert::InsertBenchOptions {
     insert::InsertBenchOptions {
         rows: a.rows,
+        runs: a.runs as usize,
         fsync: a.fsync.clone(),
         questdb: !a.no_questdb,
         seed: a.seed,
@@ -1827,6 +1832,7 @@ fn stack_and_insert_sections(bin: &Path, work: &Path, a: &ReportArgs) -> Result<
 fn insert_section(bin: &Path, work: &Path, a: &ReportArgs) -> Result<String> {
     let io = insert::InsertBenchOptions {
         rows: if a.quick { 200_000 } else { 2_000_000 },
+        runs: if a.quick { 1 } else { 3 },
         fsync: vec!["never".into(), "always".into()],
         questdb: !a.no_questdb,
         seed: 42,
