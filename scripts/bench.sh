@@ -60,7 +60,8 @@
 #   target/release/tickdb bench report --only sharding [--quick]
 #                                   (about 3 minutes; --quick about 1;
 #                                   sections: ingest (about 2 minutes), insert
-#                                   (under a minute), sharding, ipc, failover,
+#                                   (under a minute), journal (about a minute),
+#                                   sharding, ipc, failover,
 #                                   replication, robustness, hot-restart (about
 #                                   3 minutes), stack (the stack and insert,
 #                                   about 22 minutes))

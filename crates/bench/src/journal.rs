@@ -3,14 +3,15 @@
 //! acknowledged rows/s under `--fsync always` with 1, 4 and 16 concurrent
 //! HTTP writers, showing group commit (rows per fsync) at work; and replay
 //! (reading and decoding the journal, as an rdb's catch-up does) from a cold
-//! page cache against a raw cold sequential read of the same files.
+//! page cache against a raw cold sequential read of the same files. The
+//! whole sequence runs `runs` times; the report gives medians and ranges.
 
 use crate::child;
 use crate::disk;
 use crate::error::{BenchError, Result};
 use crate::http::HttpConn;
 use crate::servers;
-use crate::stats::{ratio, si};
+use crate::stats::{ratio, si, Samples};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -29,6 +30,8 @@ pub struct JournalOptionsBench {
     pub megabytes: u64,
     pub seconds: u64,
     pub writers: Vec<usize>,
+    /// Times the whole sequence (dd, appends, replay, group commit) runs.
+    pub runs: usize,
 }
 
 pub struct PolicyResult {
@@ -56,12 +59,21 @@ pub struct ReplayResult {
     pub cold: Option<&'static str>,
 }
 
+/// Every run's results, in run order.
 pub struct JournalReport {
-    pub dd_mb_s: f64,
-    pub replay: ReplayResult,
-    pub policies: Vec<PolicyResult>,
-    pub groups: Vec<GroupResult>,
+    pub dd_mb_s: Samples,
+    pub replay: Vec<ReplayResult>,
+    /// Per fsync policy, its runs.
+    pub policies: Vec<Vec<PolicyResult>>,
+    /// Per writer count, its runs.
+    pub groups: Vec<Vec<GroupResult>>,
     pub megabytes: u64,
+    pub runs: usize,
+}
+
+/// A figure of every run, as samples.
+fn samples<T>(runs: &[T], f: impl Fn(&T) -> f64) -> Samples {
+    Samples(runs.iter().map(f).collect())
 }
 
 fn record_payload() -> Vec<u8> {
@@ -82,8 +94,15 @@ fn record_payload() -> Vec<u8> {
 /// reader over the same files (CRC checks and payload decoding included).
 fn replay(dir: &Path, last_seq: u64) -> Result<ReplayResult> {
     let mut cold = disk::ColdReads::default();
+    let files = disk::files_in(dir)?;
+    // One untimed cold read first: on the VM this was measured on, the first
+    // read of files just written ran at a quarter of the speed of later cold
+    // reads (788 MB/s against 3.5 GB/s for a 512 MiB file), so whichever
+    // reader came first would be timed at a disadvantage.
     cold.evict(dir);
-    let (bytes, raw_mb_s) = disk::read_files(&disk::files_in(dir)?, 1)?;
+    disk::read_files(&files, 1)?;
+    cold.evict(dir);
+    let (bytes, raw_mb_s) = disk::read_files(&files, 1)?;
     cold.evict(dir);
     let reader = tickdb_journal::JournalReader::open(dir, 1, last_seq)
         .map_err(|e| BenchError::Server(e.to_string()))?;
@@ -246,67 +265,97 @@ fn status_commits(port: u16) -> Result<u64> {
 }
 
 pub fn run(bin: &Path, work: &Path, o: &JournalOptionsBench) -> Result<JournalReport> {
-    let steps = 1 + 3 + 1 + o.writers.len() as u64;
+    const POLICIES: [FsyncPolicy; 3] = [
+        FsyncPolicy::Never,
+        FsyncPolicy::IntervalMs(100),
+        FsyncPolicy::Always,
+    ];
+    let runs = o.runs.max(1);
+    let steps = (1 + POLICIES.len() as u64 + 1 + o.writers.len() as u64) * runs as u64;
     let pb = ProgressBar::new(steps);
     pb.set_style(
         ProgressStyle::with_template("journal {bar:30} {pos}/{len} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    pb.set_message("dd conv=fdatasync");
-    let dd_mb_s = disk::dd(work, o.megabytes)?;
-    pb.inc(1);
     let payload = record_payload();
-    let mut policies = Vec::new();
-    for p in [
-        FsyncPolicy::Never,
-        FsyncPolicy::IntervalMs(100),
-        FsyncPolicy::Always,
-    ] {
-        pb.set_message(format!("append, fsync {p:?}"));
-        let keep = p == FsyncPolicy::Never;
-        policies.push(append(work, p, o.megabytes, &payload, keep)?);
+    let mut dd_mb_s = Samples::default();
+    let mut policies: Vec<Vec<PolicyResult>> = POLICIES.iter().map(|_| Vec::new()).collect();
+    let mut replays = Vec::new();
+    let mut groups: Vec<Vec<GroupResult>> = o.writers.iter().map(|_| Vec::new()).collect();
+    for run in 1..=runs {
+        let of = format!("run {run}/{runs}");
+        pb.set_message(format!("{of}: dd conv=fdatasync"));
+        dd_mb_s.push(disk::dd(work, o.megabytes)?);
         pb.inc(1);
-    }
-    pb.set_message("replay vs cold sequential read");
-    let never_dir = work.join(format!("journal-{:?}", FsyncPolicy::Never));
-    let replay = replay(&never_dir, policies[0].records)?;
-    let _ = std::fs::remove_dir_all(&never_dir);
-    pb.inc(1);
-    let mut groups = Vec::new();
-    for &w in &o.writers {
-        pb.set_message(format!("group commit, {w} writers"));
-        groups.push(group_commit(bin, work, w, o.seconds)?);
+        let mut never_records = 0;
+        for (p, out) in POLICIES.into_iter().zip(policies.iter_mut()) {
+            pb.set_message(format!("{of}: append, fsync {p:?}"));
+            let keep = p == FsyncPolicy::Never;
+            let r = append(work, p, o.megabytes, &payload, keep)?;
+            if keep {
+                never_records = r.records;
+            }
+            out.push(r);
+            pb.inc(1);
+        }
+        pb.set_message(format!("{of}: replay vs cold sequential read"));
+        let never_dir = work.join(format!("journal-{:?}", FsyncPolicy::Never));
+        let replay = replay(&never_dir, never_records);
+        let _ = std::fs::remove_dir_all(&never_dir);
+        replays.push(replay?);
         pb.inc(1);
+        for (&w, out) in o.writers.iter().zip(groups.iter_mut()) {
+            pb.set_message(format!("{of}: group commit, {w} writers"));
+            out.push(group_commit(bin, work, w, o.seconds)?);
+            pb.inc(1);
+        }
     }
     pb.finish_and_clear();
     Ok(JournalReport {
         dd_mb_s,
-        replay,
+        replay: replays,
         policies,
         groups,
         megabytes: o.megabytes,
+        runs,
     })
 }
 
 impl JournalReport {
     pub fn markdown(&self) -> String {
+        let dd = self.dd_mb_s.median();
+        let runs = if self.runs == 1 {
+            "Each figure is from one run of the whole sequence below (`--runs 1`).".to_string()
+        } else {
+            format!(
+                "Each figure is the median (min–max) of {} runs of the whole sequence below; `*` marks a \
+                 spread over 1.3×.",
+                self.runs
+            )
+        };
         let mut s = format!(
-            "Append: one writer, one commit (acknowledgement) per record of {ROWS_PER_RECORD} trade rows, \
+            "{runs}\n\nAppend: one writer, one commit (acknowledgement) per record of {ROWS_PER_RECORD} trade rows, \
              {} MB per policy (a tenth under `always`). Peer: `dd if=/dev/zero bs=1M count={} conv=fdatasync` \
-             on the same file system in the same run: **{:.0} MB/s**.\n\n",
-            self.megabytes, self.megabytes, self.dd_mb_s
+             on the same file system in the same run: **{:.0} MB/s** (median; {:.0}–{:.0}).\n\n",
+            self.megabytes,
+            self.megabytes,
+            dd.unwrap_or(0.0),
+            self.dd_mb_s.min().unwrap_or(0.0),
+            self.dd_mb_s.max().unwrap_or(0.0),
         );
         s.push_str(
             "| fsync policy | MB/s | rows/s | fsyncs | ratio to dd |\n|---|---|---|---|---|\n",
         );
-        for p in &self.policies {
+        for runs in &self.policies {
+            let Some(first) = runs.first() else { continue };
+            let mb = samples(runs, |r| r.mb_s);
             s.push_str(&format!(
-                "| {} | {:.1} | {} | {} | {} |\n",
-                p.policy,
-                p.mb_s,
-                si(p.rows_s),
-                p.fsyncs,
-                ratio(Some(p.mb_s), Some(self.dd_mb_s))
+                "| {} | {} | {} | {:.0} | {} |\n",
+                first.policy,
+                mb.describe(|v| format!("{v:.1}")),
+                samples(runs, |r| r.rows_s).describe(si),
+                samples(runs, |r| r.fsyncs as f64).median().unwrap_or(0.0),
+                ratio(mb.median(), dd)
             ));
         }
         s.push_str(&format!(
@@ -314,17 +363,22 @@ impl JournalReport {
              back to back; every request is acknowledged only after the fdatasync covering it.\n\n"
         ));
         s.push_str("| writers | acknowledged rows/s | rows per fsync |\n|---|---|---|\n");
-        for g in &self.groups {
+        for runs in &self.groups {
+            let Some(first) = runs.first() else { continue };
             s.push_str(&format!(
                 "| {} | {} | {:.0} |\n",
-                g.writers,
-                si(g.rows_s),
-                g.rows_per_fsync
+                first.writers,
+                samples(runs, |g| g.rows_s).describe(si),
+                samples(runs, |g| g.rows_per_fsync).median().unwrap_or(0.0)
             ));
         }
-        let r = &self.replay;
+        let Some(r) = self.replay.first() else {
+            return s;
+        };
+        let raw = samples(&self.replay, |r| r.raw_mb_s);
+        let replay = samples(&self.replay, |r| r.replay_mb_s);
         s.push_str(&format!(
-            "\nReplay: the journal written under `never` ({:.0} MB, {} rows) read back with the journal reader (CRC per record, sequence check, payload decoded into batches, as an rdb's catch-up does), against a raw sequential `read()` of the same files in 1 MiB blocks; the page cache was {} before each.\n\n",
+            "\nReplay: the journal written under `never` ({:.0} MB, {} rows) read back with the journal reader (CRC per record, sequence check, payload decoded into batches, as an rdb's catch-up does), against a raw sequential `read()` of the same files in 1 MiB blocks, after one untimed read of them (the first read of newly written files can be much slower than later cold reads, whichever reader does it); the page cache was {} before each.\n\n",
             r.bytes as f64 / (1024.0 * 1024.0),
             si(r.rows as f64),
             r.cold
@@ -332,14 +386,14 @@ impl JournalReport {
         ));
         s.push_str("| | MB/s | rows/s | ratio to raw read |\n|---|---|---|---|\n");
         s.push_str(&format!(
-            "| raw sequential read | {:.0} | | |\n",
-            r.raw_mb_s
+            "| raw sequential read | {} | | |\n",
+            raw.describe(|v| format!("{v:.0}"))
         ));
         s.push_str(&format!(
-            "| journal replay | {:.0} | {} | {} |\n",
-            r.replay_mb_s,
-            si(r.replay_rows_s),
-            ratio(Some(r.replay_mb_s), Some(r.raw_mb_s))
+            "| journal replay | {} | {} | {} |\n",
+            replay.describe(|v| format!("{v:.0}")),
+            samples(&self.replay, |r| r.replay_rows_s).describe(si),
+            ratio(replay.median(), raw.median())
         ));
         s
     }

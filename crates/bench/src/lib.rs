@@ -984,6 +984,10 @@ struct JournalArgs {
     seconds: u64,
     #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
     writers: Vec<usize>,
+    /// Runs of the whole sequence (dd, appends, replay, group commit); the
+    /// report gives each figure's median and range.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=100))]
+    runs: u64,
 }
 
 #[derive(Args, Debug)]
@@ -1011,9 +1015,10 @@ struct ReportArgs {
 type SectionFn = fn(&Path, &Path, &ReportArgs) -> Result<String>;
 
 /// The sections `report --only` runs alone.
-const REPORT_ONLY: [(&str, SectionFn); 9] = [
+const REPORT_ONLY: [(&str, SectionFn); 10] = [
     ("ingest", ingest_section),
     ("insert", insert_section),
+    ("journal", journal_section),
     ("sharding", sharding_section),
     ("ipc", ipc_section),
     ("failover", failover_section),
@@ -1335,6 +1340,7 @@ fn journal_opts(a: &JournalArgs) -> journal::JournalOptionsBench {
         megabytes: a.megabytes,
         seconds: a.seconds,
         writers: a.writers.clone(),
+        runs: a.runs as usize,
     }
 }
 
@@ -1344,32 +1350,18 @@ fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
     }
     let machine = machine::Machine::probe(work);
     let started = std::time::SystemTime::now();
-    let (la, ja) = if a.quick {
-        (
-            LatencyArgs {
-                rate: 20_000,
-                seconds: 3,
-                modes: vec![0, 50],
-            },
-            JournalArgs {
-                megabytes: 64,
-                seconds: 2,
-                writers: vec![1, 4, 16],
-            },
-        )
+    let la = if a.quick {
+        LatencyArgs {
+            rate: 20_000,
+            seconds: 3,
+            modes: vec![0, 50],
+        }
     } else {
-        (
-            LatencyArgs {
-                rate: 100_000,
-                seconds: 10,
-                modes: vec![0, 50],
-            },
-            JournalArgs {
-                megabytes: 512,
-                seconds: 5,
-                writers: vec![1, 4, 16],
-            },
-        )
+        LatencyArgs {
+            rate: 100_000,
+            seconds: 10,
+            modes: vec![0, 50],
+        }
     };
     let ingest_md = ingest_section(bin, work, a)?;
     eprintln!("[latency] tick to subscriber");
@@ -1387,8 +1379,7 @@ fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
     } else {
         Some(latency::run(bin, work, &target)?)
     };
-    eprintln!("[journal] write and replay");
-    let jr = journal::run(bin, work, &journal_opts(&ja))?;
+    let journal_md = journal_section(bin, work, a)?;
     let stack_md = stack_and_insert_sections(bin, work, a)?;
     let hot_md = hot_restart_sections(bin, work, a)?;
     let robust_md = robustness_section(bin, work, a)?;
@@ -1423,8 +1414,7 @@ fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
         md.push_str("\nAt the target rate, ten times 48,000 rows/s:\n\n");
         md.push_str(&latency::markdown(t, &target));
     }
-    md.push_str("\n## Journal\n\n");
-    md.push_str(&jr.markdown());
+    md.push_str(&journal_md);
     md.push_str(&hot_md);
     md.push_str(&robust_md);
     md.push_str(&repl_md);
@@ -1435,6 +1425,20 @@ fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
     std::fs::write(&a.out, md).map_err(BenchError::io(format!("writing {}", a.out.display())))?;
     eprintln!("wrote {}", a.out.display());
     Ok(())
+}
+
+/// The journal section: append per fsync policy against dd, group commit,
+/// replay against a raw cold read; medians of its runs.
+fn journal_section(bin: &Path, work: &Path, a: &ReportArgs) -> Result<String> {
+    let ja = JournalArgs {
+        megabytes: if a.quick { 64 } else { 512 },
+        seconds: if a.quick { 2 } else { 5 },
+        writers: vec![1, 4, 16],
+        runs: if a.quick { 1 } else { 3 },
+    };
+    eprintln!("[journal] write and replay, {} run(s)", ja.runs);
+    let jr = journal::run(bin, work, &journal_opts(&ja))?;
+    Ok(format!("\n## Journal\n\n{}", jr.markdown()))
 }
 
 /// The robustness section: acknowledged-write latency, quiet and under
