@@ -244,7 +244,8 @@ pub fn run(bin: &Path, work: &Path, o: &InsertBenchOptions) -> Result<InsertRepo
     let machine = crate::machine::Machine::probe(work);
     let dd_mb = (o.rows / 40_000).clamp(64, 1024);
     let dd_mb_s = match crate::disk::dd(work, dd_mb) {
-        Ok(v) => Some(v),
+        // `disk::dd` counts MiB; this report's MB are 10^6 bytes.
+        Ok(v) => Some(v * crate::disk::MB / MB),
         Err(BenchError::Interrupted) => return Err(BenchError::Interrupted),
         Err(e) => {
             eprintln!("dd not measured: {e}");
