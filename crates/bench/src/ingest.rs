@@ -94,15 +94,19 @@ pub fn generate_checked(table: &str, rows: usize, seed: u64) -> (Vec<Vec<u8>>, E
     (out, Expected { rows, size_sum })
 }
 
-/// Sends every batch over `conns` connections, then waits for the count.
+/// Sends every batch over `conns` connections, waits until the table holds
+/// every row (the clock stops there), then checks it against what was sent
+/// (`check_table`); `who` names the server in an error.
+#[allow(clippy::too_many_arguments)]
 fn one_run(
+    who: &str,
     transport: Transport,
     http: u16,
     ilp: u16,
     conns: usize,
     table: &str,
     batches: &[Vec<u8>],
-    rows: usize,
+    want: Expected,
 ) -> Result<f64> {
     let t0 = Instant::now();
     let results: Vec<Result<()>> = std::thread::scope(|s| {
@@ -147,31 +151,46 @@ fn one_run(
     for r in results {
         r?;
     }
+    wait_rows(http, who, table, want.rows as u64, t0 + COUNT_TIMEOUT)?;
+    let rows_s = want.rows as f64 / t0.elapsed().as_secs_f64();
+    let sql = format!("select count(*), sum(size) from {table}");
+    check_table(&exec_json(http, &sql)?, who, table, want)?;
+    Ok(rows_s)
+}
+
+/// Polls `select count(*)` until `table` holds at least `rows` rows, and
+/// answers that count; fails at `deadline`, naming the last answer. An error
+/// answer is polled again: QuestDB answers "table does not exist" until its
+/// first commit.
+pub(crate) fn wait_rows(
+    http: u16,
+    who: &str,
+    table: &str,
+    rows: u64,
+    deadline: Instant,
+) -> Result<i64> {
     let sql = format!("select count(*) from {table}");
     loop {
         child::check_interrupt()?;
-        // QuestDB answers "table does not exist" until its first commit.
-        if let Ok(n) = exec_scalar(http, &sql) {
-            if n as usize >= rows {
-                break;
-            }
-        }
-        if t0.elapsed() > COUNT_TIMEOUT {
+        let last = match exec_scalar(http, &sql) {
+            Ok(n) if n >= 0 && n as u64 >= rows => return Ok(n),
+            Ok(n) => format!("{n} rows"),
+            Err(e) => e.to_string(),
+        };
+        if Instant::now() > deadline {
             return Err(BenchError::Server(format!(
-                "{table}: rows not all visible after {COUNT_TIMEOUT:?}"
+                "{who}: {table} did not come to hold the {rows} rows sent in time; last answer: {last}"
             )));
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    Ok(rows as f64 / t0.elapsed().as_secs_f64())
 }
 
-/// Checks a finished run's table against what was sent: the same count and
-/// `sum(size)` (the timed wait only saw the count reach it).
-fn check_table(http: u16, who: &str, table: &str, want: Expected) -> Result<()> {
-    let sql = format!("select count(*), sum(size) from {table}");
-    let v = exec_json(http, &sql)?;
-    let row = &v["dataset"][0];
+/// Checks the answer to `select count(*), sum(size)` against what was sent:
+/// the same count and `sum(size)` (the timed wait only saw the count reach
+/// it).
+fn check_table(answer: &serde_json::Value, who: &str, table: &str, want: Expected) -> Result<()> {
+    let row = &answer["dataset"][0];
     let (n, sum) = (row[0].as_i64(), row[1].as_i64());
     if n != Some(want.rows as i64) || sum != Some(want.size_sum) {
         return Err(BenchError::Server(format!(
@@ -290,8 +309,7 @@ fn questdb_case(
             form.prepare(q.http, &table)?;
             let (data, want) = generate_checked(&table, o.rows, o.seed);
             q.child.check_alive()?;
-            let r = one_run(t, q.http, q.ilp, conns, &table, &data, o.rows)?;
-            check_table(q.http, form.name(), &table, want)?;
+            let r = one_run(form.name(), t, q.http, q.ilp, conns, &table, &data, want)?;
             if run > 0 {
                 samples.push(r);
                 pb.inc(1);
@@ -339,11 +357,8 @@ pub fn run(bin: &Path, work: &Path, o: &IngestOptions) -> Result<IngestReport> {
                         &format!("ingest-{fsync}"),
                         &["--fsync", fsync],
                     )?;
-                    let r =
-                        one_run(t, s.http, s.ilp, conns, "trade", &trade, o.rows).and_then(|r| {
-                            check_table(s.http, &format!("tickdb --fsync {fsync}"), "trade", want)
-                                .map(|()| r)
-                        });
+                    let who = format!("tickdb --fsync {fsync}");
+                    let r = one_run(&who, t, s.http, s.ilp, conns, "trade", &trade, want);
                     s.child.stop(Duration::from_secs(10));
                     let _ = std::fs::remove_dir_all(&s.data_dir);
                     samples.push(r?);
@@ -419,6 +434,29 @@ mod tests {
         assert_eq!(c.questdb_best(), Some((2.6e6, "tuned")));
         c.questdb = Samples::default();
         assert_eq!(c.questdb_best(), Some((2.6e6, "tuned")));
+    }
+
+    #[test]
+    fn a_table_that_lost_or_changed_rows_fails_the_check() {
+        let want = Expected {
+            rows: 3,
+            size_sum: 60,
+        };
+        let answer = |n: i64, sum: serde_json::Value| serde_json::json!({"dataset": [[n, sum]]});
+        assert!(check_table(&answer(3, 60.into()), "x", "t", want).is_ok());
+        for (n, sum) in [
+            (2, 60.into()),
+            (3, 59.into()),
+            (4, 60.into()),
+            (3, serde_json::Value::Null),
+        ] {
+            let err = check_table(&answer(n, sum), "QuestDB tuned", "t", want).unwrap_err();
+            assert!(
+                err.to_string().contains("QuestDB tuned: t holds count"),
+                "{err}"
+            );
+        }
+        assert!(check_table(&serde_json::json!({"error": "no table"}), "x", "t", want).is_err());
     }
 
     #[test]

@@ -11,8 +11,8 @@
 
 use crate::child;
 use crate::error::{BenchError, Result};
-use crate::http::{exec_scalar, HttpConn};
-use crate::ingest::{QdbForm, Transport};
+use crate::http::HttpConn;
+use crate::ingest::{wait_rows, QdbForm, Transport};
 use crate::servers;
 use crate::stats::{si, Samples};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -381,24 +381,16 @@ fn questdb_insert(
     result
 }
 
-/// Waits until `table` holds `rows` rows; fails if it holds more, or still
-/// fewer after COUNT_TIMEOUT.
+/// Waits until `table` holds the `rows` rows acknowledged (QuestDB applies
+/// them asynchronously), and fails if it then holds another number.
 fn wait_count(http: u16, who: &str, table: &str, rows: u64) -> Result<()> {
-    let t0 = Instant::now();
-    let sql = format!("select count(*) from {table}");
-    loop {
-        child::check_interrupt()?;
-        let n = exec_scalar(http, &sql)?;
-        if n as u64 == rows {
-            return Ok(());
-        }
-        if n as u64 > rows || t0.elapsed() > COUNT_TIMEOUT {
-            return Err(BenchError::Server(format!(
-                "{who}: {table} holds {n} rows after the insert; {rows} were acknowledged"
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(5));
+    let n = wait_rows(http, who, table, rows, Instant::now() + COUNT_TIMEOUT)?;
+    if n as u64 != rows {
+        return Err(BenchError::Server(format!(
+            "{who}: {table} holds {n} rows after the insert; {rows} were acknowledged"
+        )));
     }
+    Ok(())
 }
 
 /// The rows of the insert table, first column (the tests check them).

@@ -225,7 +225,13 @@ fn list_dir(dir: &Path, report: &mut ReloadReport) -> Result<(Vec<Job>, u64)> {
 /// 16,384, and reading the file this way runs at or above the speed of
 /// `read()` into a reused buffer. Where huge pages are not available the
 /// advice is refused and the mapping uses small pages.
-pub fn map_chunk_file(path: &Path) -> Result<Option<memmap2::Mmap>> {
+///
+/// # Safety
+///
+/// No byte of the file within its length at the call may change or be cut
+/// off while the mapping lives: reading a truncated page raises SIGBUS. A
+/// store's chunk files meet this while it holds their directory's LOCK.
+pub unsafe fn map_chunk_file(path: &Path) -> Result<Option<memmap2::Mmap>> {
     let file = File::open(path).map_err(|e| Error::io("open", path, e))?;
     let len = file
         .metadata()
@@ -234,11 +240,7 @@ pub fn map_chunk_file(path: &Path) -> Result<Option<memmap2::Mmap>> {
     if len == 0 {
         return Ok(None);
     }
-    // SAFETY: the store holds the directory's LOCK, and no chunk file is
-    // ever changed in place: sealed files are immutable, an active file is
-    // only appended to (beyond this mapping's length), and the only
-    // truncation, of a torn tail below, cuts bytes no record handed out
-    // lies in. So no mapped byte changes or disappears while mapped.
+    // SAFETY: the caller's promise (above).
     let map = unsafe { memmap2::MmapOptions::new().len(len).map(&file) }
         .map_err(|e| Error::io("map", path, e))?;
     // Advice only: a kernel without transparent huge pages refuses it.
@@ -392,11 +394,14 @@ fn mapper(jobs: &[Job], next: &AtomicUsize, out: Sender<MappedJob>) {
     loop {
         let i = next.fetch_add(1, Ordering::Relaxed);
         let Some(job) = jobs.get(i) else { return };
+        // SAFETY: the store holds the directory's LOCK, and no chunk file
+        // is ever changed in place: sealed files are immutable, an active
+        // file is only appended to (beyond this mapping's length), and the
+        // only truncation, of a torn tail, cuts bytes no record handed out
+        // lies in. So no mapped byte changes or disappears while mapped.
+        let mapped = unsafe { map_chunk_file(&job.path) }.map(|m| m.map(Arc::new));
         // The readers are gone (one failed, the reload stops): stop too.
-        if out
-            .send((i, map_chunk_file(&job.path).map(|m| m.map(Arc::new))))
-            .is_err()
-        {
+        if out.send((i, mapped)).is_err() {
             return;
         }
     }

@@ -30,9 +30,9 @@ pub const MMAP_THRESHOLD_BYTES: usize = 32 << 20;
 pub const TRIM_THRESHOLD_BYTES: usize = 64 << 20;
 
 /// Sets the thresholds (see the module comment), first thing in `main`,
-/// before any thread starts. Returns (and records, for `state`) what it
-/// did: nothing where it is not glibc or `GLIBC_TUNABLES` sets them.
-pub fn tune() -> State {
+/// before any thread starts. Records what it did for `state`: nothing
+/// where it is not glibc or `GLIBC_TUNABLES` sets them.
+pub fn tune() {
     let tunables = std::env::var("GLIBC_TUNABLES").unwrap_or_default();
     let state = if overridden(&tunables) {
         State::LeftToTunables
@@ -42,7 +42,6 @@ pub fn tune() -> State {
         State::NotGlibc
     };
     let _ = STATE.set(state);
-    state
 }
 
 /// What `tune` did in this process, as `/status` reports it
