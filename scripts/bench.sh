@@ -59,12 +59,12 @@
 #                                   about 30 minutes; not run by this script)
 #   target/release/tickdb bench report --only sharding [--quick]
 #                                   (about 3 minutes; --quick about 1;
-#                                   sections: ingest (about 2 minutes), insert
-#                                   (under a minute), journal (about a minute),
-#                                   sharding, ipc, failover,
-#                                   replication, robustness, hot-restart (about
-#                                   3 minutes), stack (the stack and insert,
-#                                   about 22 minutes))
+#                                   sections: ingest (about 2 minutes), latency
+#                                   (about 2 minutes), insert (under a minute),
+#                                   journal (about a minute), sharding, ipc,
+#                                   failover, replication, robustness,
+#                                   hot-restart (about 10 minutes), stack (the
+#                                   stack and insert, about 22 minutes))
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ ! -x .venv/bin/python ]]; then

@@ -732,6 +732,8 @@ impl SubProtocol {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct LatencyCell {
+    /// Which of the `repeats` runs (0-based): every cell runs once per run.
+    pub run: usize,
     pub protocol: SubProtocol,
     pub publish_interval_ms: u64,
     pub sent: u64,
@@ -928,6 +930,7 @@ fn latency_cell(
     tp.child.stop(Duration::from_secs(10));
     let _ = std::fs::remove_dir_all(&tp.data_dir);
     Ok(LatencyCell {
+        run: 0,
         protocol: proto,
         publish_interval_ms: mode,
         sent,
@@ -955,28 +958,36 @@ fn latency_part(
     failures: &mut Vec<String>,
 ) -> Result<Vec<LatencyCell>> {
     let mut out = Vec::new();
-    for &mode in &o.modes {
-        for proto in [SubProtocol::KdbIpc, SubProtocol::Tickdb] {
-            let c = latency_cell(bin, work, proto, mode, o)?;
-            eprintln!(
-                "ipc latency: {}, {}: {} rows/s, p50 {}, p99 {}, max {}",
-                proto.label(),
-                mode_label(mode),
-                si(c.achieved_rate),
-                latency::us(c.p50_us),
-                latency::us(c.p99_us),
-                latency::us(c.max_us)
-            );
-            if c.received != c.sent {
-                failures.push(format!(
-                    "latency, {}, {}: the subscriber received {} rows; the feed sent {} after it subscribed",
+    // Run by run, every cell in each: a slow spell of the machine falls on
+    // both protocols.
+    for run in 0..o.repeats {
+        for &mode in &o.modes {
+            for proto in [SubProtocol::KdbIpc, SubProtocol::Tickdb] {
+                let mut c = latency_cell(bin, work, proto, mode, o)?;
+                c.run = run;
+                eprintln!(
+                    "ipc latency, run {}/{}: {}, {}: {} rows/s, p50 {}, p99 {}, max {}",
+                    run + 1,
+                    o.repeats,
                     proto.label(),
                     mode_label(mode),
-                    c.received,
-                    c.sent
-                ));
+                    si(c.achieved_rate),
+                    latency::us(c.p50_us),
+                    latency::us(c.p99_us),
+                    latency::us(c.max_us)
+                );
+                if c.received != c.sent {
+                    failures.push(format!(
+                        "latency, run {}, {}, {}: the subscriber received {} rows; the feed sent {} after it subscribed",
+                        run + 1,
+                        proto.label(),
+                        mode_label(mode),
+                        c.received,
+                        c.sent
+                    ));
+                }
+                out.push(c);
             }
-            out.push(c);
         }
     }
     Ok(out)
@@ -1156,28 +1167,61 @@ impl IpcReport {
             self.seconds,
             latency::WARMUP.as_millis()
         ));
+        s.push_str(&format!(
+            "{} run(s), each running every cell in turn: median (min–max) over the runs, `*` marking a spread over 1.3×; \
+             each percentile is over one run's rows, and rows received / sent are summed over the runs. \
+             The ratio is the median of each run's kdb+ IPC p50 ÷ that run's tickdb protocol p50.\n\n",
+            self.repeats
+        ));
         s.push_str("| subscriber | publish mode | achieved rows/s | rows received / sent | rows measured | p50 | p99 | max | p50 ÷ tickdb protocol |\n|---|---|---|---|---|---|---|---|---|\n");
+        // One row per (mode, protocol), in the order they first ran.
+        let mut keys: Vec<(u64, SubProtocol)> = Vec::new();
         for c in &self.latency {
-            let peer = self.latency.iter().find(|x| {
-                x.protocol == SubProtocol::Tickdb && x.publish_interval_ms == c.publish_interval_ms
-            });
-            let ratio = match (c.protocol, peer) {
-                (SubProtocol::KdbIpc, Some(p)) if p.p50_us > 0.0 => {
-                    format!("{:.2}×", c.p50_us / p.p50_us)
-                }
-                _ => "—".into(),
+            let k = (c.publish_interval_ms, c.protocol);
+            if !keys.contains(&k) {
+                keys.push(k);
+            }
+        }
+        for (mode, proto) in keys {
+            let cells: Vec<&LatencyCell> = self
+                .latency
+                .iter()
+                .filter(|c| c.publish_interval_ms == mode && c.protocol == proto)
+                .collect();
+            let f = |g: fn(&LatencyCell) -> f64| Samples(cells.iter().map(|c| g(c)).collect());
+            let ratios = Samples(
+                cells
+                    .iter()
+                    .filter(|c| c.protocol == SubProtocol::KdbIpc)
+                    .filter_map(|c| {
+                        let peer = self.latency.iter().find(|x| {
+                            x.run == c.run
+                                && x.protocol == SubProtocol::Tickdb
+                                && x.publish_interval_ms == mode
+                        })?;
+                        (peer.p50_us > 0.0).then(|| c.p50_us / peer.p50_us)
+                    })
+                    .collect(),
+            );
+            let ratio = if ratios.0.is_empty() {
+                "—".to_string()
+            } else {
+                ratios.describe(|x| format!("{x:.2}×"))
             };
             s.push_str(&format!(
                 "| {} | {} | {} | {} / {} | {} | {} | {} | {} | {} |\n",
-                c.protocol.label(),
-                mode_label(c.publish_interval_ms),
-                si(c.achieved_rate),
-                c.received,
-                c.sent,
-                c.measured,
-                latency::us(c.p50_us),
-                latency::us(c.p99_us),
-                latency::us(c.max_us),
+                proto.label(),
+                mode_label(mode),
+                f(|c| c.achieved_rate).describe(si),
+                cells.iter().map(|c| c.received).sum::<u64>(),
+                cells.iter().map(|c| c.sent).sum::<u64>(),
+                f(|c| c.measured as f64)
+                    .median()
+                    .map(|x| format!("{x:.0}"))
+                    .unwrap_or_default(),
+                f(|c| c.p50_us).describe(latency::us),
+                f(|c| c.p99_us).describe(latency::us),
+                f(|c| c.max_us).describe(latency::us),
                 ratio
             ));
         }

@@ -8,7 +8,7 @@
 use crate::child;
 use crate::error::{BenchError, Result};
 use crate::servers;
-use crate::stats::si;
+use crate::stats::{si, Samples};
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::{Read, Write};
@@ -33,10 +33,12 @@ pub struct LatencyOptions {
     pub rate: u64,
     pub seconds: u64,
     pub modes: Vec<u64>,
+    /// Runs per mode, each on a fresh tp; the report gives medians.
+    pub runs: usize,
 }
 
+/// One run of one publish mode.
 pub struct ModeResult {
-    pub publish_interval_ms: u64,
     pub achieved_rate: f64,
     pub rows: u64,
     pub p50_us: f64,
@@ -174,95 +176,134 @@ pub(crate) fn feed(port: u16, rate: u64, seconds: u64, pb: &ProgressBar) -> Resu
     Ok(sent)
 }
 
-pub fn run(bin: &Path, work: &Path, o: &LatencyOptions) -> Result<Vec<ModeResult>> {
-    let mut out = Vec::new();
-    for &mode in &o.modes {
-        let mut tp = servers::start_tickdb(
-            bin,
-            work,
-            "tp",
-            &format!("latency-{mode}"),
-            &[
-                "--fsync",
-                "never",
-                "--publish-interval-ms",
-                &mode.to_string(),
-            ],
-        )?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let received = Arc::new(AtomicU64::new(0));
-        let measure_from = now_ns() + WARMUP.as_nanos() as i64;
-        let sub = {
-            let (stop, received, port) = (stop.clone(), received.clone(), tp.tp);
-            std::thread::spawn(move || subscriber(port, measure_from, stop, received))
-        };
-        std::thread::sleep(Duration::from_millis(100));
-        let pb = ProgressBar::new(o.seconds * 1000);
-        pb.set_style(
-            ProgressStyle::with_template(&format!(
-                "latency, publish interval {mode} ms {{bar:30}} {{pos}}/{{len}} ms"
-            ))
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        let t0 = Instant::now();
-        let sent = feed(tp.ilp, o.rate, o.seconds, &pb);
-        let elapsed = t0.elapsed().as_secs_f64();
-        pb.finish_and_clear();
-        // Let the last updates (and a 50 ms timer) arrive.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while let Ok(s) = &sent {
-            if received.load(Ordering::Relaxed) >= *s || Instant::now() > deadline {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
+/// Every run of one publish mode.
+pub struct ModeRuns {
+    pub publish_interval_ms: u64,
+    pub runs: Vec<ModeResult>,
+}
+
+/// Runs each mode `o.runs` times, in turn (mode A, mode B, mode A, …), so
+/// that a slow spell of the machine falls on both.
+pub fn run(bin: &Path, work: &Path, o: &LatencyOptions) -> Result<Vec<ModeRuns>> {
+    if o.runs == 0 {
+        return Err(BenchError::Server("--runs must be at least 1".into()));
+    }
+    let mut out: Vec<ModeRuns> = o
+        .modes
+        .iter()
+        .map(|&m| ModeRuns {
+            publish_interval_ms: m,
+            runs: Vec::new(),
+        })
+        .collect();
+    for k in 0..o.runs {
+        for m in out.iter_mut() {
+            m.runs
+                .push(run_mode(bin, work, o, m.publish_interval_ms, k)?);
         }
-        stop.store(true, Ordering::Relaxed);
-        let hist = sub
-            .join()
-            .map_err(|_| BenchError::Server("subscriber thread panicked".into()))??;
-        let sent = sent?;
-        let got = received.load(Ordering::Relaxed);
-        if got < sent {
-            return Err(BenchError::Server(format!(
-                "subscriber received {got} of {sent} rows"
-            )));
-        }
-        tp.child.stop(Duration::from_secs(10));
-        out.push(ModeResult {
-            publish_interval_ms: mode,
-            achieved_rate: sent as f64 / elapsed,
-            rows: hist.len(),
-            p50_us: hist.value_at_quantile(0.5) as f64,
-            p99_us: hist.value_at_quantile(0.99) as f64,
-            max_us: hist.max() as f64,
-        });
     }
     Ok(out)
 }
 
-pub fn markdown(results: &[ModeResult], o: &LatencyOptions) -> String {
+fn run_mode(
+    bin: &Path,
+    work: &Path,
+    o: &LatencyOptions,
+    mode: u64,
+    k: usize,
+) -> Result<ModeResult> {
+    let mut tp = servers::start_tickdb(
+        bin,
+        work,
+        "tp",
+        &format!("latency-{mode}"),
+        &[
+            "--fsync",
+            "never",
+            "--publish-interval-ms",
+            &mode.to_string(),
+        ],
+    )?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let received = Arc::new(AtomicU64::new(0));
+    let measure_from = now_ns() + WARMUP.as_nanos() as i64;
+    let sub = {
+        let (stop, received, port) = (stop.clone(), received.clone(), tp.tp);
+        std::thread::spawn(move || subscriber(port, measure_from, stop, received))
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let pb = ProgressBar::new(o.seconds * 1000);
+    pb.set_style(
+        ProgressStyle::with_template(&format!(
+            "latency, publish interval {mode} ms, run {}/{} {{bar:30}} {{pos}}/{{len}} ms",
+            k + 1,
+            o.runs
+        ))
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let t0 = Instant::now();
+    let sent = feed(tp.ilp, o.rate, o.seconds, &pb);
+    let elapsed = t0.elapsed().as_secs_f64();
+    pb.finish_and_clear();
+    // Let the last updates (and a 50 ms timer) arrive.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while let Ok(s) = &sent {
+        if received.load(Ordering::Relaxed) >= *s || Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let hist = sub
+        .join()
+        .map_err(|_| BenchError::Server("subscriber thread panicked".into()))??;
+    let sent = sent?;
+    let got = received.load(Ordering::Relaxed);
+    if got < sent {
+        return Err(BenchError::Server(format!(
+            "subscriber received {got} of {sent} rows"
+        )));
+    }
+    tp.child.stop(Duration::from_secs(10));
+    Ok(ModeResult {
+        achieved_rate: sent as f64 / elapsed,
+        rows: hist.len(),
+        p50_us: hist.value_at_quantile(0.5) as f64,
+        p99_us: hist.value_at_quantile(0.99) as f64,
+        max_us: hist.max() as f64,
+    })
+}
+
+pub fn markdown(results: &[ModeRuns], o: &LatencyOptions) -> String {
     let mut s = format!(
         "Feed: trade rows over ILP TCP at a target of {} rows/s for {} s (first {} ms not measured), \
          `tickdb tp --fsync never`; one subscriber on the tp port. Latency = receive time − generation time \
-         (CLOCK_REALTIME, same host), per row. QuestDB has no push subscription: no peer figure.\n\n",
+         (CLOCK_REALTIME, same host), per row; each percentile is over one run's rows. {} run(s) per mode, \
+         each on a fresh tp, the modes taking turns: median (min–max) over the runs, `*` marking a spread \
+         over 1.3×. QuestDB has no push subscription: no peer figure.\n\n",
         si(o.rate as f64),
         o.seconds,
-        WARMUP.as_millis()
+        WARMUP.as_millis(),
+        o.runs
     );
     s.push_str("| publish mode | achieved rows/s | rows measured | p50 | p99 | max |\n|---|---|---|---|---|---|\n");
-    for r in results {
-        let mode = if r.publish_interval_ms == 0 {
+    for m in results {
+        let mode = if m.publish_interval_ms == 0 {
             "zero-latency".to_string()
         } else {
-            format!("timer {} ms", r.publish_interval_ms)
+            format!("timer {} ms", m.publish_interval_ms)
         };
+        let f = |g: fn(&ModeResult) -> f64| Samples(m.runs.iter().map(g).collect());
         s.push_str(&format!(
             "| {mode} | {} | {} | {} | {} | {} |\n",
-            si(r.achieved_rate),
-            r.rows,
-            us(r.p50_us),
-            us(r.p99_us),
-            us(r.max_us)
+            f(|r| r.achieved_rate).describe(si),
+            f(|r| r.rows as f64)
+                .median()
+                .map(|x| format!("{x:.0}"))
+                .unwrap_or_default(),
+            f(|r| r.p50_us).describe(us),
+            f(|r| r.p99_us).describe(us),
+            f(|r| r.max_us).describe(us),
         ));
     }
     s

@@ -140,8 +140,9 @@ enum BenchCmd {
     /// has no such heading), keeping the rest of the file, the SQL section
     /// included; a note under the file's header says which section was
     /// regenerated alone, when, and on which machine when it differs from
-    /// the file's Machine section. Sections: sharding, ipc, failover,
-    /// replication, robustness, hot-restart, stack.
+    /// the file's Machine section. Sections: ingest, latency, journal,
+    /// insert, sharding, ipc, failover, replication, robustness,
+    /// hot-restart, stack.
     Report(ReportArgs),
 }
 
@@ -317,8 +318,9 @@ struct IpcArgs {
     /// Bulk insert: rows per run [default: 2M; --quick 100k].
     #[arg(long, value_parser = tickdb_stack::feed::parse_count)]
     rows: Option<u64>,
-    /// Bulk insert: runs per cell; the median is reported [default: 3;
-    /// --quick 1].
+    /// Runs of each part: every bulk-insert cell, and every latency cell
+    /// (all of them in turn, run after run); the medians are reported
+    /// [default: 3; --quick 1].
     #[arg(long)]
     repeats: Option<usize>,
     /// Bulk insert: the `tickdb up --fsync` policies, each cell its own runs.
@@ -867,6 +869,10 @@ struct KvArgs {
     /// Seed of the random operations and values (both systems get the same).
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Whole runs (dd, the store, Redis); every figure reported is the
+    /// median over them, with its range.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
     /// The lab size of Hot Restart Persistence: 100M entries, parallelism 4,
     /// 40 partitions (needs about 150 GB of RAM for the store and as much
     /// for Redis).
@@ -972,6 +978,10 @@ struct LatencyArgs {
     /// Publish intervals to measure (0 = zero-latency).
     #[arg(long, value_delimiter = ',', default_value = "0,50")]
     modes: Vec<u64>,
+    /// Runs of each mode, each on a fresh tp, the modes taking turns; the
+    /// report gives each figure's median and range.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=100))]
+    runs: u64,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -1004,9 +1014,10 @@ struct ReportArgs {
     #[arg(long)]
     no_redis: bool,
     /// Run only this section and replace it in place in --out, keeping the
-    /// rest of the file (see above): sharding (## Socket sharding), ipc,
-    /// failover, replication, robustness, hot-restart (its two sections),
-    /// stack (the market-data stack and the bulk insert).
+    /// rest of the file (see above): ingest (## ILP ingest), latency (## Tick-to-subscriber
+    /// latency), journal, insert (## Bulk insert), sharding (## Socket
+    /// sharding), ipc, failover, replication, robustness, hot-restart (its
+    /// two sections), stack (the market-data stack and the bulk insert).
     #[arg(long, value_name = "SECTION", value_parser = clap::builder::PossibleValuesParser::new(REPORT_ONLY.map(|(n, _)| n)))]
     only: Option<String>,
 }
@@ -1015,8 +1026,9 @@ struct ReportArgs {
 type SectionFn = fn(&Path, &Path, &ReportArgs) -> Result<String>;
 
 /// The sections `report --only` runs alone.
-const REPORT_ONLY: [(&str, SectionFn); 10] = [
+const REPORT_ONLY: [(&str, SectionFn); 11] = [
     ("ingest", ingest_section),
+    ("latency", latency_section),
     ("insert", insert_section),
     ("journal", journal_section),
     ("sharding", sharding_section),
@@ -1286,6 +1298,7 @@ fn kv_opts(a: &KvArgs) -> kv::KvOptions {
         chunk_mb: a.chunk_mb,
         redis: !a.no_redis,
         seed: a.seed,
+        runs: a.runs,
     };
     if a.full {
         o.entries = 100_000_000;
@@ -1332,6 +1345,7 @@ fn latency_opts(a: &LatencyArgs) -> latency::LatencyOptions {
         rate: a.rate,
         seconds: a.seconds,
         modes: a.modes.clone(),
+        runs: a.runs as usize,
     }
 }
 
@@ -1350,35 +1364,8 @@ fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
     }
     let machine = machine::Machine::probe(work);
     let started = std::time::SystemTime::now();
-    let la = if a.quick {
-        LatencyArgs {
-            rate: 20_000,
-            seconds: 3,
-            modes: vec![0, 50],
-        }
-    } else {
-        LatencyArgs {
-            rate: 100_000,
-            seconds: 10,
-            modes: vec![0, 50],
-        }
-    };
     let ingest_md = ingest_section(bin, work, a)?;
-    eprintln!("[latency] tick to subscriber");
-    let lo = latency_opts(&la);
-    let lat = latency::run(bin, work, &lo)?;
-    // The target rate (ten times the Optane kdb+ study's), zero-latency mode:
-    // reported even where this machine cannot sustain it.
-    let target = latency::LatencyOptions {
-        rate: LATENCY_TARGET_RATE,
-        seconds: lo.seconds.min(5),
-        modes: vec![0],
-    };
-    let lat_target = if a.quick {
-        None
-    } else {
-        Some(latency::run(bin, work, &target)?)
-    };
+    let latency_md = latency_section(bin, work, a)?;
     let journal_md = journal_section(bin, work, a)?;
     let stack_md = stack_and_insert_sections(bin, work, a)?;
     let hot_md = hot_restart_sections(bin, work, a)?;
@@ -1408,12 +1395,7 @@ fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
     md.push_str(&machine.markdown());
     md.push_str("\nThe benchmark clients, the servers and the peers share this machine's cores, so every figure includes the client's own CPU cost.\n\n");
     md.push_str(ingest_md.trim_start_matches('\n'));
-    md.push_str("\n## Tick-to-subscriber latency\n\n");
-    md.push_str(&latency::markdown(&lat, &lo));
-    if let Some(t) = &lat_target {
-        md.push_str("\nAt the target rate, ten times 48,000 rows/s:\n\n");
-        md.push_str(&latency::markdown(t, &target));
-    }
+    md.push_str(&latency_md);
     md.push_str(&journal_md);
     md.push_str(&hot_md);
     md.push_str(&robust_md);
@@ -1429,6 +1411,45 @@ fn report(bin: &Path, work: &Path, a: &ReportArgs) -> Result<()> {
 
 /// The journal section: append per fsync policy against dd, group commit,
 /// replay against a raw cold read; medians of its runs.
+/// The tick-to-subscriber latency section: both publish modes at the
+/// default rate, then zero-latency mode at the target rate.
+fn latency_section(bin: &Path, work: &Path, a: &ReportArgs) -> Result<String> {
+    let la = if a.quick {
+        LatencyArgs {
+            rate: 20_000,
+            seconds: 3,
+            modes: vec![0, 50],
+            runs: 1,
+        }
+    } else {
+        LatencyArgs {
+            rate: 100_000,
+            seconds: 10,
+            modes: vec![0, 50],
+            runs: 3,
+        }
+    };
+    eprintln!("[latency] tick to subscriber, {} run(s) per mode", la.runs);
+    let lo = latency_opts(&la);
+    let lat = latency::run(bin, work, &lo)?;
+    let mut md = String::from("\n## Tick-to-subscriber latency\n\n");
+    md.push_str(&latency::markdown(&lat, &lo));
+    // The target rate (ten times the Optane kdb+ study's), zero-latency mode:
+    // reported even where this machine cannot sustain it.
+    if !a.quick {
+        let target = latency::LatencyOptions {
+            rate: LATENCY_TARGET_RATE,
+            seconds: lo.seconds.min(5),
+            modes: vec![0],
+            runs: lo.runs,
+        };
+        let t = latency::run(bin, work, &target)?;
+        md.push_str("\nAt the target rate, ten times 48,000 rows/s:\n\n");
+        md.push_str(&latency::markdown(&t, &target));
+    }
+    Ok(md)
+}
+
 fn journal_section(bin: &Path, work: &Path, a: &ReportArgs) -> Result<String> {
     let ja = JournalArgs {
         megabytes: if a.quick { 64 } else { 512 },
@@ -1720,6 +1741,7 @@ fn hot_restart_sections(bin: &Path, work: &Path, a: &ReportArgs) -> Result<Strin
         chunk_mb: 64,
         no_redis: a.no_redis,
         seed: 42,
+        runs: if a.quick { 1 } else { 3 },
         full: false,
         json: None,
     };

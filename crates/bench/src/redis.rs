@@ -15,6 +15,11 @@ use std::time::{Duration, Instant};
 const READY_TIMEOUT: Duration = Duration::from_secs(600);
 /// How long a SIGTERM'd Redis may take to fsync its AOF and exit.
 const STOP_GRACE: Duration = Duration::from_secs(120);
+/// How long an AOF rewrite (`BGREWRITEAOF`, a fork writing the whole
+/// dataset) may take before we give up.
+const REWRITE_TIMEOUT: Duration = Duration::from_secs(600);
+/// How often `INFO persistence` is asked whether a rewrite is done.
+const REWRITE_POLL_MS: u64 = 20;
 /// Longest reply line accepted (bulk replies are read by length).
 const REPLY_LINE_BYTES_MAX: usize = 64 * 1024;
 /// Largest bulk reply accepted: the workload's values are a few KB.
@@ -121,6 +126,67 @@ impl Redis {
     pub fn aof_dir(&self) -> PathBuf {
         self.dir.join("appendonlydir")
     }
+}
+
+/// Whether an AOF rewrite is running or waiting to run, from
+/// `INFO persistence`.
+fn rewrite_busy(conn: &mut Conn) -> Result<bool> {
+    let info = conn.command(&[b"INFO", b"persistence"])?;
+    let text = info
+        .text()
+        .ok_or_else(|| BenchError::Protocol(format!("Redis INFO persistence: {info:?}")))?;
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))
+            .map(str::to_string)
+    };
+    let busy = |name: &str| -> Result<bool> {
+        match field(name).as_deref() {
+            Some("0") => Ok(false),
+            Some("1") => Ok(true),
+            other => Err(BenchError::Protocol(format!(
+                "Redis INFO persistence has no {name} (got {other:?})"
+            ))),
+        }
+    };
+    let busy = busy("aof_rewrite_in_progress")? || busy("aof_rewrite_scheduled")?;
+    if !busy && field("aof_last_bgrewrite_status").as_deref() == Some("err") {
+        return Err(BenchError::Server(
+            "Redis's last AOF rewrite failed (aof_last_bgrewrite_status:err)".into(),
+        ));
+    }
+    Ok(busy)
+}
+
+fn wait_rewrite_done(conn: &mut Conn, t0: Instant) -> Result<()> {
+    while rewrite_busy(conn)? {
+        child::check_interrupt()?;
+        if t0.elapsed() > REWRITE_TIMEOUT {
+            return Err(BenchError::Server(format!(
+                "Redis's AOF rewrite did not finish within {REWRITE_TIMEOUT:?}"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(REWRITE_POLL_MS));
+    }
+    Ok(())
+}
+
+/// Rewrites the AOF (`BGREWRITEAOF`) and returns once the new one is in
+/// place: with `aof-use-rdb-preamble yes` (Redis 7's default) an RDB base
+/// file holding the dataset, and an empty incremental file. A rewrite Redis
+/// started by itself (`auto-aof-rewrite-percentage`) is waited for first.
+pub fn rewrite_aof(conn: &mut Conn) -> Result<()> {
+    let t0 = Instant::now();
+    wait_rewrite_done(conn, t0)?;
+    match conn.command(&[b"BGREWRITEAOF"])? {
+        Reply::Simple(_) => {}
+        other => {
+            return Err(BenchError::Protocol(format!(
+                "Redis BGREWRITEAOF: {other:?}"
+            )))
+        }
+    }
+    wait_rewrite_done(conn, t0)
 }
 
 /// One RESP reply, as far as this client needs.
