@@ -24,8 +24,8 @@ def md_rows(md: str, label: str) -> list[list[str]]:
 
 def test_bench_replication_measures_every_section_and_the_standby_equals_the_primary(tmp_path):
     out = tmp_path / "replication.json"
-    r = run(["bench", "replication", "--quick", "--json", str(out), "--work-dir", str(tmp_path / "work")],
-            timeout=240)
+    r = run(["bench", "replication", "--quick", "--latency-runs", "2", "--json", str(out),
+             "--work-dir", str(tmp_path / "work")], timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     md = r.stdout
     rep = json.loads(out.read_text())
@@ -37,8 +37,9 @@ def test_bench_replication_measures_every_section_and_the_standby_equals_the_pri
                for c in rep["checks"]), rep["checks"]
     assert all(c["journal_compare"].startswith("identical over seq 1..=") for c in rep["checks"]), rep["checks"]
     assert sum(s.startswith("insert") for s in scenarios) == 2  # async and semi-sync
-    assert sum(s.startswith("lag") for s in scenarios) == 4
-    assert sum(s.startswith("ack") for s in scenarios) == 2
+    # Two rounds of the lag's four cells and of the ack's two standby setups.
+    assert sum(s.startswith("lag") for s in scenarios) == 8
+    assert sum(s.startswith("ack") for s in scenarios) == 4
     assert scenarios.count("catch-up") == 1
     assert sum(s.startswith("restore") for s in scenarios) == 5
     assert "checks: all passed" in md
@@ -56,15 +57,16 @@ def test_bench_replication_measures_every_section_and_the_standby_equals_the_pri
 
     # Lag: async and semi-sync at both rates, from the standby's histogram.
     lag = rep["lag"]
-    assert [(c["setup"], c["target_rows_s"]) for c in lag] == [
-        ("async", 48_000), ("async", 480_000), ("semi-sync", 48_000), ("semi-sync", 480_000)]
+    assert [(c["run"], c["setup"], c["target_rows_s"]) for c in lag] == [
+        (run_, setup, rate) for run_ in (0, 1) for setup in ("async", "semi-sync") for rate in (48_000, 480_000)]
     for c in lag:
         assert c["records"] > 0 and c["rows"] > 0 and c["achieved_rows_s"] > 0, c
         assert 0 < c["p50_us"] <= c["p99_us"] <= c["max_us"], c
 
     # Acknowledged writes: none lost or duplicated; semi-sync waited for the standby.
     ack = rep["ack"]
-    assert [a["setup"] for a in ack] == ["alone", "async", "semi-sync"]
+    assert [(a["run"], a["setup"]) for a in ack] == [
+        (run_, setup) for run_ in (0, 1) for setup in ("alone", "async", "semi-sync")]
     for a in ack:
         p = a["phase"]
         assert a["lost_rows"] == 0 and a["duplicated_rows"] == 0 and p["write_errors"] == 0, a
@@ -96,6 +98,11 @@ def test_bench_replication_measures_every_section_and_the_standby_equals_the_pri
                    "p99 under 1.00 ms at 48.0k rows/s", "80% or more of a raw cold read"):
         assert target in md, (target, md)
     assert not re.search(r"seed 0|issue #", md, re.IGNORECASE), md
+    # Lag and ack rows: one per cell, each figure a median with the two
+    # rounds' range.
+    assert "2 round(s), every cell in turn" in md and "2 round(s), every setup in turn" in md, md
+    for row in md_rows(md, "async | 48.0k") + md_rows(md, "semi-sync |"):
+        assert "–" in row[4], row
 
 
 def test_bench_replication_refuses_an_unknown_section(tmp_path):

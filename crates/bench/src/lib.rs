@@ -194,6 +194,10 @@ struct ShardingArgs {
     /// Throughput: rdbs sharing the PostgreSQL port, one setup each.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
     throughput_rdbs: Vec<usize>,
+    /// Throughput: rounds of every setup in turn; the report gives each
+    /// figure's median and range [default: 3; --quick 1].
+    #[arg(long)]
+    throughput_runs: Option<usize>,
     /// Throughput: psycopg client processes.
     #[arg(long, default_value_t = 16)]
     clients: usize,
@@ -255,9 +259,10 @@ fn sharding_opts(a: &ShardingArgs) -> Result<sharding::ShardingOptions> {
         || a.throughput_rdbs.is_empty()
         || a.throughput_rdbs.contains(&0)
         || a.clients == 0
+        || a.throughput_runs == Some(0)
     {
         return Err(BenchError::Server(
-            "--basic-listeners, --throughput-rdbs and --clients must be at least 1, --connections at least 2".into(),
+            "--basic-listeners, --throughput-rdbs, --throughput-runs and --clients must be at least 1, --connections at least 2".into(),
         ));
     }
     Ok(sharding::ShardingOptions {
@@ -300,6 +305,7 @@ fn sharding_opts(a: &ShardingArgs) -> Result<sharding::ShardingOptions> {
             seconds: throughput_s,
             clients: a.clients,
             per_conn: a.queries_per_connection.max(1),
+            runs: a.throughput_runs.unwrap_or(if a.quick { 1 } else { 3 }),
         },
         seed: a.seed,
     })
@@ -416,6 +422,11 @@ struct ReplicationArgs {
     /// Lag: seconds per cell [default: 10; --quick 2].
     #[arg(long)]
     lag_seconds: Option<f64>,
+    /// Lag and acknowledged-write latency: rounds of every cell in turn,
+    /// each cell a fresh pair; the report gives medians [default: 3;
+    /// --quick 1].
+    #[arg(long)]
+    latency_runs: Option<usize>,
     /// Acknowledged-write latency: updates per second, all writers together
     /// [default: 1000; --quick 200].
     #[arg(long)]
@@ -509,6 +520,7 @@ fn replication_opts(a: &ReplicationArgs) -> Result<replication::ReplicationOptio
             seconds: seconds(a.lag_seconds),
             setups: vec![Setup::Async, Setup::SemiSync],
             seed: a.seed,
+            runs: a.latency_runs.unwrap_or(if q { 1 } else { 3 }).max(1),
         },
         ack: replication::AckOptions {
             updates_per_s: a
@@ -518,6 +530,7 @@ fn replication_opts(a: &ReplicationArgs) -> Result<replication::ReplicationOptio
             update_rows: a.ack_update_rows.max(1),
             seconds: seconds(a.ack_seconds),
             setups: vec![Setup::Alone, Setup::Async, Setup::SemiSync],
+            runs: a.latency_runs.unwrap_or(if q { 1 } else { 3 }).max(1),
         },
         catchup: replication::CatchupOptions {
             gb,
@@ -698,7 +711,7 @@ struct RobustnessArgs {
     /// Rows per update.
     #[arg(long, default_value_t = 48)]
     update_rows: usize,
-    /// Seconds per phase (quiet, then storm).
+    /// Seconds per phase (quiet, then storm, in each round).
     #[arg(long, default_value_t = 20.0)]
     seconds: f64,
     /// Rows preloaded for the hostile queries to read.
@@ -716,6 +729,10 @@ struct RobustnessArgs {
     /// The node's --query-threads (default: the node's own default).
     #[arg(long)]
     query_threads: Option<usize>,
+    /// Rounds of a quiet phase then a storm, on the same node; the report
+    /// gives each figure's median and range.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=100))]
+    runs: u64,
     /// Also write the results as JSON.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -731,6 +748,7 @@ fn robustness_opts(a: &RobustnessArgs) -> robustness::RobustnessOptions {
         idle_per_port: a.idle_per_port,
         query_timeout_ms: a.query_timeout_ms,
         query_threads: a.query_threads,
+        runs: a.runs as usize,
     }
 }
 
@@ -1474,6 +1492,7 @@ fn robustness_section(bin: &Path, work: &Path, a: &ReportArgs) -> Result<String>
         idle_per_port: 200,
         query_timeout_ms: 5000,
         query_threads: None,
+        runs: if a.quick { 1 } else { 3 },
         json: None,
     };
     eprintln!("[robustness] write latency under hostile queries and clients");

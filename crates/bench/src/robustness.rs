@@ -16,6 +16,7 @@ use crate::child;
 use crate::error::{BenchError, Result};
 use crate::http::{url_encode, HttpConn};
 use crate::servers;
+use crate::stats::Samples;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -58,6 +59,9 @@ pub struct RobustnessOptions {
     pub query_timeout_ms: u64,
     /// The node's --query-threads (None: its default, one per core).
     pub query_threads: Option<usize>,
+    /// Rounds of a quiet phase then a storm, on the same node; the report
+    /// gives medians over them.
+    pub runs: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -77,8 +81,10 @@ pub struct RobustnessReport {
     pub machine: String,
     pub date: String,
     pub options: String,
-    pub quiet: PhaseResult,
-    pub storm: PhaseResult,
+    /// One quiet phase per round, in round order.
+    pub quiet: Vec<PhaseResult>,
+    /// One storm per round, each right after that round's quiet phase.
+    pub storm: Vec<PhaseResult>,
     /// Hostile query outcomes: class (HTTP status and code) → count.
     pub query_outcomes: BTreeMap<String, u64>,
     pub idle_connections: usize,
@@ -94,38 +100,52 @@ pub struct RobustnessReport {
 }
 
 impl RobustnessReport {
-    pub fn p99_ratio(&self) -> f64 {
-        self.storm.p99_us / self.quiet.p99_us.max(1.0)
+    /// Each round's storm p99 ÷ that round's quiet p99.
+    pub fn p99_ratios(&self) -> Samples {
+        Samples(
+            self.quiet
+                .iter()
+                .zip(&self.storm)
+                .map(|(q, s)| s.p99_us / q.p99_us.max(1.0))
+                .collect(),
+        )
     }
 
     pub fn markdown(&self) -> String {
         let mut s = format!(
-            "A feed writes {} over ILP/HTTP ({WRITERS} connections; each request is one journaled update, answered once journaled under `--fsync always`) to `tickdb up`, first on a quiet node, then through a storm: statements {DEEP_TERMS} terms deep, `repeat('a', 2000000000)`, cross joins and self-joins of the {}-row table, `select *` read slowly, {} concurrent slow queries, {} idle connections on each of HTTP, ILP TCP, the subscription port and PostgreSQL, {SLOW_CLIENTS} slowloris clients on HTTP, ILP and PostgreSQL, and {SLOW_CLIENTS} subscribers that never read. The client, the storm and the node share the machine's cores. Measured on {}, {}.\n\n",
+            "A feed writes {} over ILP/HTTP ({WRITERS} connections; each request is one journaled update, answered once journaled under `--fsync always`) to `tickdb up`, first on a quiet node, then through a storm: statements {DEEP_TERMS} terms deep, `repeat('a', 2000000000)`, cross joins and self-joins of the {}-row table, `select *` read slowly, {} concurrent slow queries, {} idle connections on each of HTTP, ILP TCP, the subscription port and PostgreSQL, {SLOW_CLIENTS} slowloris clients on HTTP, ILP and PostgreSQL, and {SLOW_CLIENTS} subscribers that never read. The client, the storm and the node share the machine's cores. Measured on {}, {}.\n\n\
+             {} round(s) of a quiet phase then a storm, on the same node: median (min–max) over the rounds, `*` marking a spread over 1.3×; each percentile is over one phase's acknowledgements, and the counts are summed over the rounds.\n\n",
             self.options,
             self.preload_rows,
             self.slow_queries,
             self.idle_connections / 4,
             self.machine,
-            self.date
+            self.date,
+            self.quiet.len()
         );
         s.push_str("| phase | updates acked | rows acked | errors | updates/s | ack p50 | ack p99 | ack max |\n|---|---|---|---|---|---|---|---|\n");
-        for p in [&self.quiet, &self.storm] {
+        for (name, ps) in [("quiet", &self.quiet), ("storm", &self.storm)] {
+            let f = |g: fn(&PhaseResult) -> f64| Samples(ps.iter().map(g).collect());
             s.push_str(&format!(
-                "| {} | {} | {} | {} | {:.0} | {} | {} | {} |\n",
-                p.phase,
-                p.updates_acked,
-                p.rows_acked,
-                p.write_errors,
-                p.achieved_updates_per_s,
-                us(p.p50_us),
-                us(p.p99_us),
-                us(p.max_us)
+                "| {name} | {} | {} | {} | {} | {} | {} | {} |\n",
+                ps.iter().map(|p| p.updates_acked).sum::<u64>(),
+                ps.iter().map(|p| p.rows_acked).sum::<u64>(),
+                ps.iter().map(|p| p.write_errors).sum::<u64>(),
+                f(|p| p.achieved_updates_per_s).describe(|x| format!("{x:.0}")),
+                f(|p| p.p50_us).describe(us),
+                f(|p| p.p99_us).describe(us),
+                f(|p| p.max_us).describe(us)
             ));
         }
+        let ratios = self.p99_ratios();
+        let ratio = ratios.median().unwrap_or(0.0);
         s.push_str(&format!(
-            "\np99 under the storm ÷ quiet p99: **{:.2}×** (target: at most 2×, {}). Acknowledged rows lost: **{}**, duplicated: **{}**; node alive afterwards: **{}**; RSS max {}.\n\n",
-            self.p99_ratio(),
-            if self.p99_ratio() <= 2.0 { "met" } else { "missed" },
+            "\np99 under the storm ÷ quiet p99, the median of the rounds' ratios: **{ratio:.2}×**{} (target: at most 2×, {}). Acknowledged rows lost: **{}**, duplicated: **{}**; node alive afterwards: **{}**; RSS max {}.\n\n",
+            match (ratios.min(), ratios.max()) {
+                (Some(lo), Some(hi)) if ratios.0.len() > 1 => format!(" ({lo:.2}×–{hi:.2}×)"),
+                _ => String::new(),
+            },
+            if ratio <= 2.0 { "met" } else { "missed" },
             self.lost_rows,
             self.duplicated_rows,
             if self.node_alive { "yes" } else { "NO" },
@@ -475,6 +495,81 @@ fn preload(port: u16, rows: u64) -> Result<()> {
     Ok(())
 }
 
+/// The node's ports the storm attacks.
+#[derive(Clone, Copy)]
+struct StormPorts {
+    http: u16,
+    ilp: u16,
+    tp: u16,
+    pg: u16,
+}
+
+/// The storm: hostile queries, slow queries, idle and slowloris clients and
+/// deaf subscribers, until `stop`; the node's RSS is sampled meanwhile.
+fn run_storm(
+    p: StormPorts,
+    o: &RobustnessOptions,
+    stop: &AtomicBool,
+    tally: &Arc<Mutex<BTreeMap<String, u64>>>,
+    rss_max: &AtomicU64,
+) -> Result<()> {
+    let StormPorts { http, ilp, tp, pg } = p;
+    std::thread::scope(|scope| {
+        let deep = format!("select {}", vec!["1"; DEEP_TERMS].join("+"));
+        let hostile: Vec<(String, bool)> = vec![
+            (deep, false),
+            ("select repeat('a', 2000000000)".into(), false),
+            (
+                "select length(repeat(sym, 100000000)) from trade".into(),
+                false,
+            ),
+            (
+                "select count(*) from trade a cross join trade b".into(),
+                false,
+            ),
+            (
+                "select count(*) from trade a join trade b on a.sym = b.sym".into(),
+                false,
+            ),
+            ("select * from trade".into(), true),
+        ];
+        for (sql, slow) in hostile {
+            let t = tally.clone();
+            scope.spawn(move || query_loop(http, sql, slow, stop, &t));
+        }
+        for _ in 0..o.slow_queries {
+            let t = tally.clone();
+            scope.spawn(move || {
+                query_loop(
+                    http,
+                    "select sum(a.size * b.size) from trade a cross join trade b where a.price > b.price".into(),
+                    false,
+                    stop,
+                    &t,
+                )
+            });
+        }
+        let _held = hold_clients(&[http, ilp, tp, pg], o.idle_per_port);
+        let _deaf: Vec<_> = (0..SLOW_CLIENTS)
+            .filter_map(|_| deaf_subscriber(tp))
+            .collect();
+        for _ in 0..SLOW_CLIENTS {
+            scope.spawn(move || trickle(http, b"GET /health HTTP/1.1\r\nHost: x\r\n", stop));
+            scope.spawn(move || trickle(ilp, b"trade,sym=SLOW price=1.0,size=1i", stop));
+            scope.spawn(move || trickle(pg, b"\x00\x00\x00\x50\x00\x03\x00\x00user", stop));
+        }
+        while !stop.load(Ordering::Relaxed) {
+            if let Ok(v) = crate::http::request_json(http, "GET", "/status") {
+                if let Some(r) = v["process"]["rss_bytes"].as_u64() {
+                    rss_max.fetch_max(r, Ordering::Relaxed);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        Ok(())
+    })
+}
+
 pub fn run(bin: &Path, work: &Path, o: &RobustnessOptions) -> Result<RobustnessReport> {
     let machine = crate::machine::Machine::probe(work);
     let timeout = o.query_timeout_ms.to_string();
@@ -488,72 +583,23 @@ pub fn run(bin: &Path, work: &Path, o: &RobustnessOptions) -> Result<RobustnessR
     eprintln!("robustness: preloading {} rows", o.preload_rows);
     preload(srv.http, o.preload_rows)?;
     let feed = Arc::new(Feed::new()?);
-    let quiet = phase("quiet", srv.http, o, &feed, |_| Ok(()))?;
     let tally = Arc::new(Mutex::new(BTreeMap::new()));
     let rss_max = Arc::new(AtomicU64::new(0));
-    let (http, ilp, tp) = (srv.http, srv.ilp, srv.tp);
-    let storm = {
-        let (tally, rss_max) = (tally.clone(), rss_max.clone());
-        phase("storm", srv.http, o, &feed, move |stop| {
-            std::thread::scope(|scope| {
-                let deep = format!("select {}", vec!["1"; DEEP_TERMS].join("+"));
-                let hostile: Vec<(String, bool)> = vec![
-                    (deep, false),
-                    ("select repeat('a', 2000000000)".into(), false),
-                    (
-                        "select length(repeat(sym, 100000000)) from trade".into(),
-                        false,
-                    ),
-                    (
-                        "select count(*) from trade a cross join trade b".into(),
-                        false,
-                    ),
-                    (
-                        "select count(*) from trade a join trade b on a.sym = b.sym".into(),
-                        false,
-                    ),
-                    ("select * from trade".into(), true),
-                ];
-                for (sql, slow) in hostile {
-                    let t = tally.clone();
-                    scope.spawn(move || query_loop(http, sql, slow, stop, &t));
-                }
-                for _ in 0..o.slow_queries {
-                    let t = tally.clone();
-                    scope.spawn(move || {
-                        query_loop(
-                            http,
-                            "select sum(a.size * b.size) from trade a cross join trade b where a.price > b.price".into(),
-                            false,
-                            stop,
-                            &t,
-                        )
-                    });
-                }
-                let _held = hold_clients(&[http, ilp, tp, pg_port], o.idle_per_port);
-                let _deaf: Vec<_> = (0..SLOW_CLIENTS)
-                    .filter_map(|_| deaf_subscriber(tp))
-                    .collect();
-                for _ in 0..SLOW_CLIENTS {
-                    scope
-                        .spawn(move || trickle(http, b"GET /health HTTP/1.1\r\nHost: x\r\n", stop));
-                    scope.spawn(move || trickle(ilp, b"trade,sym=SLOW price=1.0,size=1i", stop));
-                    scope.spawn(move || {
-                        trickle(pg_port, b"\x00\x00\x00\x50\x00\x03\x00\x00user", stop)
-                    });
-                }
-                while !stop.load(Ordering::Relaxed) {
-                    if let Ok(v) = crate::http::request_json(http, "GET", "/status") {
-                        if let Some(r) = v["process"]["rss_bytes"].as_u64() {
-                            rss_max.fetch_max(r, Ordering::Relaxed);
-                        }
-                    }
-                    std::thread::sleep(Duration::from_millis(250));
-                }
-                Ok(())
-            })
-        })?
+    let ports = StormPorts {
+        http: srv.http,
+        ilp: srv.ilp,
+        tp: srv.tp,
+        pg: pg_port,
     };
+    let (mut quiet, mut storm) = (Vec::new(), Vec::new());
+    for k in 0..o.runs.max(1) {
+        eprintln!("robustness: round {} of {}", k + 1, o.runs.max(1));
+        quiet.push(phase("quiet", srv.http, o, &feed, |_| Ok(()))?);
+        let (tally, rss_max) = (tally.clone(), rss_max.clone());
+        storm.push(phase("storm", srv.http, o, &feed, move |stop| {
+            run_storm(ports, o, stop, &tally, &rss_max)
+        })?);
+    }
     // Let cancelled queries finish and the last writes apply.
     std::thread::sleep(Duration::from_millis(500));
     let node_alive = srv.child.check_alive().is_ok()

@@ -39,7 +39,7 @@ pub mod throughput;
 pub mod timer;
 
 use crate::error::Result;
-use crate::stats::si;
+use crate::stats::{si, Samples};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use serde::Serialize;
 use std::path::Path;
@@ -306,7 +306,7 @@ pub fn run(bin: &Path, work: &Path, o: &ShardingOptions) -> Result<ShardingRepor
     }
 
     let throughput = if wants("throughput") {
-        let n = o.throughput.rdbs.len() as u64;
+        let n = (o.throughput.rdbs.len() * o.throughput.runs.max(1)) as u64;
         let pb = bar(
             &mp,
             n * ((o.throughput.seconds * 1000.0) as u64 + 700),
@@ -317,8 +317,10 @@ pub fn run(bin: &Path, work: &Path, o: &ShardingOptions) -> Result<ShardingRepor
         let r = r?;
         for c in &r.cells {
             eprintln!(
-                "sharding throughput: {} rdb(s): {:.1} queries/s",
-                c.rdbs, c.qps
+                "sharding throughput, round {}: {} rdb(s): {:.1} queries/s",
+                c.run + 1,
+                c.rdbs,
+                c.qps
             );
         }
         failures.extend(r.failures.clone());
@@ -753,23 +755,58 @@ impl ShardingReport {
             o.per_conn,
             self.cores
         ));
+        let runs = t.cells.iter().map(|c| c.run + 1).max().unwrap_or(0);
+        s.push_str(&format!(
+            "{runs} round(s), every setup in turn in each: median (min–max) over the rounds, `*` marking a spread over 1.3×. \
+             \"÷ 1 rdb\" is the median of each round's ratio; the connections are those of the round with the median queries/s; \
+             errors are summed over the rounds.\n\n"
+        ));
         s.push_str("| rdbs | queries/s | ÷ 1 rdb | connections per rdb | rdbs' CPU (cores busy) | errors |\n|---|---|---|---|---|---|\n");
-        let one = t.cells.iter().find(|c| c.rdbs == 1).map(|c| c.qps);
+        let mut setups: Vec<usize> = Vec::new();
         for c in &t.cells {
+            if !setups.contains(&c.rdbs) {
+                setups.push(c.rdbs);
+            }
+        }
+        for n in setups {
+            let cells: Vec<&throughput::Cell> = t.cells.iter().filter(|c| c.rdbs == n).collect();
+            let qps = Samples(cells.iter().map(|c| c.qps).collect());
+            let ratio = Samples(
+                cells
+                    .iter()
+                    .filter_map(|c| {
+                        let one = t.cells.iter().find(|x| x.rdbs == 1 && x.run == c.run)?;
+                        (one.qps > 0.0).then(|| c.qps / one.qps)
+                    })
+                    .collect(),
+            );
+            // The round whose queries/s is the median (the lower middle one
+            // for an even count).
+            let mut by_qps = cells.clone();
+            by_qps.sort_by(|a, b| a.qps.total_cmp(&b.qps));
+            let mid = by_qps.get((by_qps.len().max(1) - 1) / 2);
+            let cores: Vec<f64> = cells.iter().filter_map(|c| c.server_cores).collect();
             s.push_str(&format!(
-                "| {} | {:.1} | {} | {} | {} | {} |\n",
-                c.rdbs,
-                c.qps,
-                crate::stats::ratio(Some(c.qps), one),
-                c.per_rdb
+                "| {n} | {} | {} | {} | {} | {} |\n",
+                qps.describe(|x| format!("{x:.1}")),
+                if ratio.0.is_empty() {
+                    "n/a".to_string()
+                } else {
+                    ratio.describe(|x| format!("{x:.2}×"))
+                },
+                mid.map(|c| c
+                    .per_rdb
                     .values()
                     .map(|n| n.to_string())
                     .collect::<Vec<_>>()
-                    .join(" / "),
-                c.server_cores
-                    .map(|x| format!("{x:.2}"))
-                    .unwrap_or_else(|| "n/a".into()),
-                c.errors
+                    .join(" / "))
+                    .unwrap_or_default(),
+                if cores.is_empty() {
+                    "n/a".to_string()
+                } else {
+                    Samples(cores).describe(|x| format!("{x:.2}"))
+                },
+                cells.iter().map(|c| c.errors).sum::<u64>()
             ));
         }
         s.push('\n');

@@ -20,10 +20,14 @@ pub struct AckOptions {
     pub update_rows: usize,
     pub seconds: f64,
     pub setups: Vec<Setup>,
+    /// Rounds of every setup in turn; the report gives medians.
+    pub runs: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct AckCell {
+    /// Which round (0-based).
+    pub run: usize,
     pub setup: Setup,
     pub phase: PhaseResult,
     /// Acknowledged rows missing on the primary afterwards (must be 0).
@@ -32,8 +36,14 @@ pub struct AckCell {
     pub duplicated_rows: u64,
 }
 
-fn cell(c: &Cluster, o: &AckOptions, setup: Setup, checks: &mut Vec<Check>) -> Result<AckCell> {
-    let tag = format!("repl-ack-{}", setup.label());
+fn cell(
+    c: &Cluster,
+    o: &AckOptions,
+    setup: Setup,
+    run: usize,
+    checks: &mut Vec<Check>,
+) -> Result<AckCell> {
+    let tag = format!("repl-ack-{}-{run}", setup.label());
     let mut flags = vec!["--fsync".to_string(), "always".into()];
     flags.extend(setup.primary_flags());
     let mut p = c.primary(&format!("{tag}-primary"), &flags)?;
@@ -55,11 +65,16 @@ fn cell(c: &Cluster, o: &AckOptions, setup: Setup, checks: &mut Vec<Check>) -> R
         idle_per_port: 0,
         query_timeout_ms: 0,
         query_threads: None,
+        runs: 1,
     };
     let feed = Arc::new(robustness::Feed::new()?);
     let phase = robustness::phase(setup.label(), p.http, &ro, &feed, |_| Ok(()))?;
     if let Some(s) = s.as_mut() {
-        checks.push(c.verify(&format!("ack latency, {}", setup.label()), &mut p, s)?);
+        checks.push(c.verify(
+            &format!("ack latency, {}, round {}", setup.label(), run + 1),
+            &mut p,
+            s,
+        )?);
     }
     // The rdb answers for every acknowledged row once it has applied them
     // (verify waited for that where there is a standby).
@@ -71,6 +86,7 @@ fn cell(c: &Cluster, o: &AckOptions, setup: Setup, checks: &mut Vec<Check>) -> R
     cluster::stop(&mut p);
     cluster::remove_data(&p);
     Ok(AckCell {
+        run,
         setup,
         phase,
         lost_rows,
@@ -106,20 +122,24 @@ pub fn run(
 ) -> Result<Vec<AckCell>> {
     let steps = &ui.steps;
     let mut out = Vec::new();
-    for &setup in &o.setups {
-        steps.set_message(format!(
-            "acknowledged-write latency, {} for {} s",
-            setup.label(),
-            o.seconds
-        ));
-        // The feed draws its own bar (bench robustness's); the steps bar
-        // steps aside meanwhile.
-        out.push(ui.mp.suspend(|| cell(c, o, setup, checks))?);
-        steps.inc(1);
+    for run in 0..o.runs.max(1) {
+        for &setup in &o.setups {
+            steps.set_message(format!(
+                "acknowledged-write latency, {} for {} s, round {}/{}",
+                setup.label(),
+                o.seconds,
+                run + 1,
+                o.runs.max(1)
+            ));
+            // The feed draws its own bar (bench robustness's); the steps
+            // bar steps aside meanwhile.
+            out.push(ui.mp.suspend(|| cell(c, o, setup, run, checks))?);
+            steps.inc(1);
+        }
     }
     Ok(out)
 }
 
 pub fn steps(o: &AckOptions) -> u64 {
-    o.setups.len() as u64
+    (o.setups.len() * o.runs.max(1)) as u64
 }

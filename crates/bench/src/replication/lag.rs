@@ -27,10 +27,14 @@ pub struct LagOptions {
     /// The shipping modes measured.
     pub setups: Vec<Setup>,
     pub seed: u64,
+    /// Rounds of every cell in turn; the report gives medians.
+    pub runs: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct LagCell {
+    /// Which round (0-based).
+    pub run: usize,
     pub setup: Setup,
     pub target_rows_s: u64,
     /// What the feed achieved over its run (its own summary).
@@ -88,9 +92,10 @@ fn cell(
     o: &LagOptions,
     setup: Setup,
     rate: u64,
+    run: usize,
     checks: &mut Vec<Check>,
 ) -> Result<LagCell> {
-    let tag = format!("repl-lag-{}-{rate}", setup.label());
+    let tag = format!("repl-lag-{}-{rate}-{run}", setup.label());
     // Both sides fsync every commit: the lag ends at the standby's durable
     // copy, and a semi-sync acknowledgement means durable on both.
     let mut flags = vec!["--fsync".to_string(), "always".into()];
@@ -104,7 +109,7 @@ fn cell(
     cluster::wait_linked(&mut p, setup)?;
     let summary = feed(c, &p, rate, o.seconds, o.seed, &tag)?;
     checks.push(c.verify(
-        &format!("lag, {} at {rate} rows/s", setup.label()),
+        &format!("lag, {} at {rate} rows/s, round {}", setup.label(), run + 1),
         &mut p,
         &mut s,
     )?);
@@ -118,6 +123,7 @@ fn cell(
     cluster::remove_data(&s);
     cluster::remove_data(&p);
     Ok(LagCell {
+        run,
         setup,
         target_rows_s: rate,
         achieved_rows_s: summary.rate_achieved,
@@ -137,20 +143,26 @@ pub fn run(
     checks: &mut Vec<Check>,
 ) -> Result<Vec<LagCell>> {
     let mut out = Vec::new();
-    for &setup in &o.setups {
-        for &rate in &o.rates {
-            steps.set_message(format!(
-                "lag, {} at {rate} rows/s for {} s",
-                setup.label(),
-                o.seconds
-            ));
-            out.push(cell(c, o, setup, rate, checks)?);
-            steps.inc(1);
+    // Round after round, every cell in turn: a slow spell of the machine
+    // falls on every cell, not on one.
+    for run in 0..o.runs.max(1) {
+        for &setup in &o.setups {
+            for &rate in &o.rates {
+                steps.set_message(format!(
+                    "lag, {} at {rate} rows/s for {} s, round {}/{}",
+                    setup.label(),
+                    o.seconds,
+                    run + 1,
+                    o.runs.max(1)
+                ));
+                out.push(cell(c, o, setup, rate, run, checks)?);
+                steps.inc(1);
+            }
         }
     }
     Ok(out)
 }
 
 pub fn steps(o: &LagOptions) -> u64 {
-    (o.setups.len() * o.rates.len()) as u64
+    (o.setups.len() * o.rates.len() * o.runs.max(1)) as u64
 }

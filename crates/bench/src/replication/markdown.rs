@@ -177,6 +177,23 @@ fn cost(s: &mut String, r: &ReplicationReport) {
     );
 }
 
+/// The distinct keys of `items`, in the order they first appear.
+fn in_order<T, K: PartialEq + Copy>(items: &[T], key: impl Fn(&T) -> K) -> Vec<K> {
+    let mut out: Vec<K> = Vec::new();
+    for x in items {
+        let k = key(x);
+        if !out.contains(&k) {
+            out.push(k);
+        }
+    }
+    out
+}
+
+/// How many rounds `runs` (0-based round numbers) hold.
+fn rounds(runs: impl Iterator<Item = usize>) -> usize {
+    runs.map(|r| r + 1).max().unwrap_or(0)
+}
+
 fn lag(s: &mut String, r: &ReplicationReport) {
     let o = &r.options.lag;
     let _ = write!(
@@ -187,52 +204,61 @@ fn lag(s: &mut String, r: &ReplicationReport) {
          `--fsync always`. The standby measures every record from the primary journaling it (the record's journal \
          time) to its own durable copy (appended and fsynced), and reports p50, p99 and max over the records it \
          received (`replication.primary.lag_us` in its /status); each cell starts a fresh pair. Both clocks are \
-         this machine's.\n\n",
-        o.seconds
+         this machine's. {} round(s), every cell in turn in each: median (min–max) over the rounds, `*` marking \
+         a spread over 1.3×; each percentile is over one cell's records, and records and refused writes are \
+         summed over the rounds.\n\n",
+        o.seconds,
+        rounds(r.lag.iter().map(|c| c.run))
     );
     s.push_str("| shipping | target rows/s | achieved rows/s | records | p50 | p99 | max | writes refused |\n|---|---|---|---|---|---|---|---|\n");
     let mut notes = Vec::new();
-    for c in &r.lag {
+    let mut at_target = Vec::new();
+    for (setup, rate) in in_order(&r.lag, |c| (c.setup, c.target_rows_s)) {
+        let cells: Vec<_> = r
+            .lag
+            .iter()
+            .filter(|c| c.setup == setup && c.target_rows_s == rate)
+            .collect();
+        let f = |g: fn(&super::lag::LagCell) -> f64| Samples(cells.iter().map(|c| g(c)).collect());
+        let achieved = f(|c| c.achieved_rows_s);
+        let p99 = f(|c| c.p99_us as f64);
         let _ = writeln!(
             s,
             "| {} | {} | {} | {} | {} | {} | {} | {} |",
-            c.setup.label(),
-            si(c.target_rows_s as f64),
-            si(c.achieved_rows_s),
-            c.records,
-            us(c.p50_us as f64),
-            us(c.p99_us as f64),
-            us(c.max_us as f64),
-            c.refused
+            setup.label(),
+            si(rate as f64),
+            achieved.describe(si),
+            cells.iter().map(|c| c.records).sum::<u64>(),
+            f(|c| c.p50_us as f64).describe(us),
+            p99.describe(us),
+            f(|c| c.max_us as f64).describe(us),
+            cells.iter().map(|c| c.refused).sum::<u64>()
         );
-        if c.achieved_rows_s < RATE_SHORTFALL * c.target_rows_s as f64 {
+        let got = achieved.median().unwrap_or(0.0);
+        if got < RATE_SHORTFALL * rate as f64 {
             notes.push(format!(
-                "{} at {} rows/s: the feed reached {} rows/s here (the feed, both nodes and the client share the cores).",
-                c.setup.label(),
-                si(c.target_rows_s as f64),
-                si(c.achieved_rows_s)
+                "{} at {} rows/s: the feed reached {} rows/s here (median; the feed, both nodes and the client share the cores).",
+                setup.label(),
+                si(rate as f64),
+                si(got)
+            ));
+        }
+        if rate == LAG_TARGET_RATE {
+            let m = p99.median().unwrap_or(f64::MAX);
+            at_target.push(format!(
+                "{} {} ({})",
+                setup.label(),
+                us(m),
+                met(m < LAG_P99_US_MAX as f64)
             ));
         }
     }
-    let at_target: Vec<String> = r
-        .lag
-        .iter()
-        .filter(|c| c.target_rows_s == LAG_TARGET_RATE)
-        .map(|c| {
-            format!(
-                "{} {} ({})",
-                c.setup.label(),
-                us(c.p99_us as f64),
-                met(c.p99_us < LAG_P99_US_MAX)
-            )
-        })
-        .collect();
     if !notes.is_empty() {
         let _ = write!(s, "\n{}\n", notes.join(" "));
     }
     let _ = write!(
         s,
-        "\nTarget (reported, not asserted): p99 under {} at {} rows/s: {}.\n\n",
+        "\nTarget (reported, not asserted): p99 under {} at {} rows/s, the median over the rounds: {}.\n\n",
         us(LAG_P99_US_MAX as f64),
         si(LAG_TARGET_RATE as f64),
         if at_target.is_empty() {
@@ -252,33 +278,47 @@ fn ack(s: &mut String, r: &ReplicationReport) {
          sending the request to its 204 (the writer of the robustness benchmark). The primary runs \
          `--fsync always` in every row, standbys `--fsync always`: alone, a 204 means fsynced on the primary; \
          under semi-sync, fsynced on the primary and on the standby. Every acknowledged row was checked on the \
-         primary afterwards.\n\n",
-        o.updates_per_s, o.update_rows, o.seconds
+         primary afterwards. {} round(s), every setup in turn in each, each a fresh primary: median (min–max) \
+         over the rounds, `*` marking a spread over 1.3×; each percentile is over one setup's acknowledgements, \
+         the counts are summed over the rounds, and \"p99 ÷ alone\" is the median of each round's ratio.\n\n",
+        o.updates_per_s,
+        o.update_rows,
+        o.seconds,
+        rounds(r.ack.iter().map(|a| a.run))
     );
     s.push_str("| standby | updates acked | updates/s | errors | ack p50 | ack p99 | ack max | p99 ÷ alone | rows lost | rows duplicated |\n|---|---|---|---|---|---|---|---|---|---|\n");
-    let alone = r
-        .ack
-        .iter()
-        .find(|a| a.setup == Setup::Alone)
-        .map(|a| a.phase.p99_us);
-    for a in &r.ack {
-        let p = &a.phase;
+    for setup in in_order(&r.ack, |a| a.setup) {
+        let cells: Vec<_> = r.ack.iter().filter(|a| a.setup == setup).collect();
+        let f = |g: fn(&super::ack::AckCell) -> f64| Samples(cells.iter().map(|c| g(c)).collect());
+        let ratios = Samples(
+            cells
+                .iter()
+                .filter_map(|a| {
+                    let alone = r
+                        .ack
+                        .iter()
+                        .find(|x| x.setup == Setup::Alone && x.run == a.run)?;
+                    (alone.phase.p99_us > 0.0).then(|| a.phase.p99_us / alone.phase.p99_us)
+                })
+                .collect(),
+        );
         let _ = writeln!(
             s,
-            "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} |",
-            setup_name(a.setup),
-            p.updates_acked,
-            p.achieved_updates_per_s,
-            p.write_errors,
-            us(p.p50_us),
-            us(p.p99_us),
-            us(p.max_us),
-            match alone {
-                Some(b) if b > 0.0 => format!("{:.2}×", p.p99_us / b),
-                _ => "—".into(),
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            setup_name(setup),
+            cells.iter().map(|a| a.phase.updates_acked).sum::<u64>(),
+            f(|a| a.phase.achieved_updates_per_s).describe(|x| format!("{x:.0}")),
+            cells.iter().map(|a| a.phase.write_errors).sum::<u64>(),
+            f(|a| a.phase.p50_us).describe(us),
+            f(|a| a.phase.p99_us).describe(us),
+            f(|a| a.phase.max_us).describe(us),
+            if ratios.0.is_empty() {
+                "—".to_string()
+            } else {
+                ratios.describe(|x| format!("{x:.2}×"))
             },
-            a.lost_rows,
-            a.duplicated_rows
+            cells.iter().map(|a| a.lost_rows).sum::<u64>(),
+            cells.iter().map(|a| a.duplicated_rows).sum::<u64>()
         );
     }
     s.push('\n');
@@ -461,12 +501,14 @@ mod tests {
                 seconds: 1.0,
                 setups: vec![],
                 seed: 1,
+                runs: 1,
             },
             ack: AckOptions {
                 updates_per_s: 1,
                 update_rows: 1,
                 seconds: 1.0,
                 setups: vec![],
+                runs: 1,
             },
             catchup: CatchupOptions {
                 gb: 1.0,

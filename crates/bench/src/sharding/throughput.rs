@@ -28,10 +28,15 @@ pub struct ThroughputOptions {
     pub seconds: f64,
     pub clients: usize,
     pub per_conn: usize,
+    /// Rounds of every setup in turn (1, 2, 4 rdbs, then again); the
+    /// report gives medians over them.
+    pub runs: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Cell {
+    /// Which round (0-based).
+    pub run: usize,
     pub rdbs: usize,
     pub queries: u64,
     pub qps: f64,
@@ -175,10 +180,13 @@ pub fn run_throughput(
     let script = dir.join("pg_driver.py");
     std::fs::write(&script, DRIVER).map_err(BenchError::io("writing pg_driver.py"))?;
     let results = dir.join("pg_driver.jsonl");
-    let ports: Vec<String> = groups
-        .iter()
-        .map(|(_, s, _)| s.ports.pg.to_string())
+    // Round after round, every setup in turn: a slow spell of the machine
+    // falls on every setup, not on one.
+    let runs = o.runs.max(1);
+    let ports: Vec<String> = (0..runs)
+        .flat_map(|_| groups.iter().map(|(_, s, _)| s.ports.pg.to_string()))
         .collect();
+    let phases = ports.len();
     let mut cmd = Command::new(&py);
     cmd.arg(&script)
         .args(["--ports", &ports.join(",")])
@@ -200,22 +208,21 @@ pub fn run_throughput(
     let cpu0 = cpu(&groups);
     let mut driver = Child::spawn("pg_driver.py", &mut cmd, &dir.join("pg_driver.log"))?;
     // Each phase: the clients' start (0.5 s), the measured seconds, the
-    // clients' exit; the CPU of each group is read as its phase ends.
-    let mut cpu_after: Vec<Option<f64>> = vec![None; groups.len()];
+    // clients' exit. Every group's CPU is read as each phase ends, so that
+    // a phase's cost is its group's CPU since the phase before it ended.
+    let mut cpu_at: Vec<Vec<Option<f64>>> = Vec::with_capacity(phases);
     let phase_ms = (o.seconds * 1000.0) as u64 + 700;
     let t0 = std::time::Instant::now();
-    let limit = Duration::from_secs_f64((o.seconds + 120.0) * groups.len() as f64);
+    let limit = Duration::from_secs_f64((o.seconds + 120.0) * phases as f64);
     let status = loop {
         child::check_interrupt()?;
         let done_lines = std::fs::read_to_string(&results)
             .map(|t| t.lines().count())
             .unwrap_or(0);
-        for (i, c) in cpu_after.iter_mut().enumerate() {
-            if c.is_none() && done_lines > i {
-                *c = cpu(&groups[i..=i])[0];
-            }
+        while cpu_at.len() < done_lines.min(phases) {
+            cpu_at.push(cpu(&groups));
         }
-        pb.set_position((t0.elapsed().as_millis() as u64).min(phase_ms * groups.len() as u64));
+        pb.set_position((t0.elapsed().as_millis() as u64).min(phase_ms * phases as u64));
         match driver.wait_exit(Duration::from_millis(50)) {
             Ok(st) => break st,
             Err(BenchError::Interrupted) => return Err(BenchError::Interrupted),
@@ -227,10 +234,8 @@ pub fn run_throughput(
     let done_lines = std::fs::read_to_string(&results)
         .map(|t| t.lines().count())
         .unwrap_or(0);
-    for (i, c) in cpu_after.iter_mut().enumerate() {
-        if c.is_none() && done_lines > i {
-            *c = cpu(&groups[i..=i])[0];
-        }
+    while cpu_at.len() < done_lines.min(phases) {
+        cpu_at.push(cpu(&groups));
     }
     if !status.success() {
         return Err(BenchError::Server(format!(
@@ -244,7 +249,8 @@ pub fn run_throughput(
     for (i, line) in text.lines().enumerate() {
         let v: serde_json::Value = serde_json::from_str(line)
             .map_err(|e| BenchError::Protocol(format!("pg_driver.jsonl: {e}")))?;
-        let n = groups.get(i).map_or(0, |g| g.0);
+        let g = i % groups.len().max(1);
+        let n = groups.get(g).map_or(0, |x| x.0);
         let pids: BTreeMap<String, u64> = v["pids"]
             .as_object()
             .map(|m| {
@@ -253,7 +259,7 @@ pub fn run_throughput(
                     .collect()
             })
             .unwrap_or_default();
-        let members = groups.get(i).map(|g| &g.2[..]).unwrap_or(&[]);
+        let members = groups.get(g).map(|x| &x.2[..]).unwrap_or(&[]);
         for p in pids.keys() {
             if !members.iter().any(|m| m.pid.to_string() == *p) {
                 out.failures.push(format!(
@@ -290,14 +296,20 @@ pub fn run_throughput(
             ));
         }
         let queries = v["queries"].as_u64().unwrap_or(0);
+        let before = if i == 0 {
+            Some(&cpu0)
+        } else {
+            cpu_at.get(i - 1)
+        };
         let server_cores = match (
-            cpu0.get(i).copied().flatten(),
-            cpu_after.get(i).copied().flatten(),
+            before.and_then(|c| c.get(g)).copied().flatten(),
+            cpu_at.get(i).and_then(|c| c.get(g)).copied().flatten(),
         ) {
             (Some(a), Some(b)) => Some((b - a) / o.seconds),
             _ => None,
         };
         out.cells.push(Cell {
+            run: i / groups.len().max(1),
             rdbs: n,
             queries,
             qps: queries as f64 / o.seconds,
@@ -308,11 +320,10 @@ pub fn run_throughput(
             server_cores,
         });
     }
-    if out.cells.len() != groups.len() {
+    if out.cells.len() != phases {
         out.failures.push(format!(
-            "throughput: the driver reported {} phases of {}",
+            "throughput: the driver reported {} phases of {phases}",
             out.cells.len(),
-            groups.len()
         ));
     }
     for (_, _, ms) in groups.iter_mut() {
