@@ -353,6 +353,8 @@ fn as_remote_client() {
 /// How long the row check keeps retrying a node still busy with the
 /// storm's queries, in seconds.
 const CHECK_RETRY_S: u64 = 120;
+/// Ids fetched per query by the row check: a CSV answer of about 20 MB.
+const CHECK_WINDOW_IDS: u64 = 2_000_000;
 /// Nice value of the storm's client threads.
 const STORM_CLIENT_NICE: i32 = 19;
 
@@ -651,14 +653,12 @@ fn pg_port_of(srv: &servers::Tickdb) -> Result<u16> {
 /// the feed's symbol (as CSV), against the acknowledged ranges. Rows
 /// written but not acknowledged (a request the client gave up on) may be
 /// there too; they are neither lost nor duplicated.
-pub(crate) fn check_rows(port: u16, feed: &Feed) -> Result<(u64, u64)> {
-    let mut ranges = feed
-        .acked_ids
-        .lock()
-        .map_err(|_| BenchError::Protocol("ids lock".into()))?
-        .clone();
-    ranges.sort_unstable();
-    let sql = format!("select size from trade where sym = '{FEED_SYM}'");
+/// The ids (`size`) of the feed's rows in `[lo, hi)`, as the node holds
+/// them (duplicates included).
+fn fetch_ids(port: u16, lo: u64, hi: u64, ids: &mut Vec<u64>) -> Result<()> {
+    let sql = format!(
+        "select size from trade where sym = '{FEED_SYM}' and size >= {lo} and size < {hi}"
+    );
     let path = format!("/exec?format=csv&query={}", url_encode(&sql));
     // Right after a storm the node is still working off the hostile
     // queries already admitted (each ends at its deadline), so the check
@@ -679,11 +679,32 @@ pub(crate) fn check_rows(port: u16, feed: &Feed) -> Result<(u64, u64)> {
             String::from_utf8_lossy(&body)
         )));
     }
-    let mut ids: Vec<u64> = String::from_utf8_lossy(&body)
-        .lines()
-        .skip(1)
-        .filter_map(|l| l.trim().parse().ok())
-        .collect();
+    ids.extend(
+        String::from_utf8_lossy(&body)
+            .lines()
+            .skip(1)
+            .filter_map(|l| l.trim().parse::<u64>().ok()),
+    );
+    Ok(())
+}
+
+pub(crate) fn check_rows(port: u16, feed: &Feed) -> Result<(u64, u64)> {
+    let mut ranges = feed
+        .acked_ids
+        .lock()
+        .map_err(|_| BenchError::Protocol("ids lock".into()))?
+        .clone();
+    ranges.sort_unstable();
+    // Every id the feed handed out, a window at a time: one answer for all
+    // of them would outgrow what the client reads in one response.
+    let end = feed.next_id.load(Ordering::Relaxed);
+    let mut ids: Vec<u64> = Vec::new();
+    let mut lo = 1;
+    while lo < end {
+        let hi = (lo + CHECK_WINDOW_IDS).min(end);
+        fetch_ids(port, lo, hi, &mut ids)?;
+        lo = hi;
+    }
     ids.sort_unstable();
     let mut lost = 0u64;
     let mut dup = 0u64;
