@@ -656,9 +656,8 @@ fn pg_port_of(srv: &servers::Tickdb) -> Result<u16> {
 /// The ids (`size`) of the feed's rows in `[lo, hi)`, as the node holds
 /// them (duplicates included).
 fn fetch_ids(port: u16, lo: u64, hi: u64, ids: &mut Vec<u64>) -> Result<()> {
-    let sql = format!(
-        "select size from trade where sym = '{FEED_SYM}' and size >= {lo} and size < {hi}"
-    );
+    let sql =
+        format!("select size from trade where sym = '{FEED_SYM}' and size >= {lo} and size < {hi}");
     let path = format!("/exec?format=csv&query={}", url_encode(&sql));
     // Right after a storm the node is still working off the hostile
     // queries already admitted (each ends at its deadline), so the check
