@@ -180,6 +180,14 @@ pub fn run_throughput(
     let script = dir.join("pg_driver.py");
     std::fs::write(&script, DRIVER).map_err(BenchError::io("writing pg_driver.py"))?;
     let results = dir.join("pg_driver.jsonl");
+    // A results file of an earlier run in the same --work-dir would read
+    // as phases already done (and their CPU be taken at the start).
+    match std::fs::remove_file(&results) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(BenchError::io("removing an old pg_driver.jsonl")(e))
+        }
+        _ => {}
+    }
     // Round after round, every setup in turn: a slow spell of the machine
     // falls on every setup, not on one.
     let runs = o.runs.max(1);
