@@ -152,3 +152,21 @@ def test_bench_report_only_refuses_an_unknown_section(tmp_path):
     r = run(["bench", "report", "--only", "bogus", "--out", str(out), "--work-dir", str(tmp_path / "w")])
     assert r.returncode != 0 and "bogus" in r.stderr and "sharding" in r.stderr, r.stderr
     assert out.read_text() == "# Benchmarks\n"
+
+
+def test_bench_sharding_throughput_counts_cpu_again_in_a_reused_work_dir(tmp_path):
+    """A second run in the same --work-dir must not read the first run's
+    results file as phases already done (its CPU then read 0.00 cores)."""
+    work = tmp_path / "work"
+    for k in range(2):
+        out = tmp_path / f"t{k}.json"
+        r = run(["bench", "sharding", "--sections", "throughput", "--throughput-s", "1",
+                 "--throughput-rdbs", "1", "--throughput-runs", "1", "--rows", "20000",
+                 "--json", str(out), "--work-dir", str(work)], timeout=240)
+        assert r.returncode == 0, r.stderr[-3000:]
+        t = json.loads(out.read_text())["throughput"]
+        if t["skipped"] is not None:
+            return
+        (cell,) = t["cells"]
+        # 16 clients keep the one single-threaded rdb busy.
+        assert cell["queries"] > 0 and cell["server_cores"] is not None and cell["server_cores"] > 0.3, (k, cell)

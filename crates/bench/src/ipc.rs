@@ -23,7 +23,7 @@ use crate::error::{BenchError, Result};
 use crate::http::{exec_scalar, request_json, url_encode, HttpConn};
 use crate::latency;
 use crate::servers;
-use crate::stats::{si, Samples};
+use crate::stats::{in_order, si, Samples};
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -1175,20 +1175,13 @@ impl IpcReport {
         ));
         s.push_str("| subscriber | publish mode | achieved rows/s | rows received / sent | rows measured | p50 | p99 | max | p50 ÷ tickdb protocol |\n|---|---|---|---|---|---|---|---|---|\n");
         // One row per (mode, protocol), in the order they first ran.
-        let mut keys: Vec<(u64, SubProtocol)> = Vec::new();
-        for c in &self.latency {
-            let k = (c.publish_interval_ms, c.protocol);
-            if !keys.contains(&k) {
-                keys.push(k);
-            }
-        }
-        for (mode, proto) in keys {
+        for (mode, proto) in in_order(&self.latency, |c| (c.publish_interval_ms, c.protocol)) {
             let cells: Vec<&LatencyCell> = self
                 .latency
                 .iter()
                 .filter(|c| c.publish_interval_ms == mode && c.protocol == proto)
                 .collect();
-            let f = |g: fn(&LatencyCell) -> f64| Samples(cells.iter().map(|c| g(c)).collect());
+            let f = |g: fn(&LatencyCell) -> f64| cells.iter().map(|c| g(c)).collect::<Samples>();
             let ratios = Samples(
                 cells
                     .iter()

@@ -73,7 +73,7 @@ pub struct JournalReport {
 
 /// A figure of every run, as samples.
 fn samples<T>(runs: &[T], f: impl Fn(&T) -> f64) -> Samples {
-    Samples(runs.iter().map(f).collect())
+    runs.iter().map(f).collect()
 }
 
 fn record_payload() -> Vec<u8> {

@@ -291,6 +291,11 @@ pub struct KvRun {
 }
 
 impl KvRun {
+    /// The `i`-th reload (every run measures the same parallelisms, in order).
+    fn reload(&self, i: usize) -> &Reload {
+        &self.tickdb.reloads[i]
+    }
+
     /// The store's fastest reload, seconds.
     fn best_reload_secs(&self) -> Option<f64> {
         self.tickdb.reloads.iter().map(|x| x.secs).reduce(f64::min)
@@ -717,13 +722,13 @@ fn secs(x: f64) -> String {
 
 /// A figure of every run, as samples.
 fn samples(runs: &[KvRun], f: impl Fn(&KvRun) -> f64) -> Samples {
-    Samples(runs.iter().map(f).collect())
+    runs.iter().map(f).collect()
 }
 
 /// Samples of a figure only some runs have (Redis's, when it ran).
 fn some_samples(runs: &[KvRun], f: impl Fn(&KvRun) -> Option<f64>) -> Option<Samples> {
-    let v: Vec<f64> = runs.iter().filter_map(f).collect();
-    (!v.is_empty()).then_some(Samples(v))
+    let v: Samples = runs.iter().filter_map(f).collect();
+    (!v.0.is_empty()).then_some(v)
 }
 
 /// "met" or "missed", by the median against the target (higher is better).
@@ -868,26 +873,25 @@ impl KvReport {
         s.push_str(
             "| restart | data read | seconds | MB/s | ratio to raw read |\n|---|---|---|---|---|\n",
         );
-        let reloads = runs.first().map(|r| r.tickdb.reloads.len()).unwrap_or(0);
-        for i in 0..reloads {
-            let rl = |r: &KvRun| r.tickdb.reloads[i].clone();
-            let first = runs.first().map(rl);
-            let Some(first) = first else { continue };
-            let p = first.parallelism;
-            let bytes = samples(runs, |r| rl(r).bytes as f64 / MB);
+        let parallelisms: Vec<usize> = runs
+            .first()
+            .map(|r| r.tickdb.reloads.iter().map(|x| x.parallelism).collect())
+            .unwrap_or_default();
+        for (i, p) in parallelisms.into_iter().enumerate() {
+            let bytes = samples(runs, |r| r.reload(i).bytes as f64 / MB);
             s.push_str(&format!(
                 "| raw sequential read, {p} thread{} | {} MB | | {} | |\n",
                 if p == 1 { "" } else { "s" },
                 tight(&bytes, fmt_mb_s),
-                samples(runs, |r| rl(r).raw_mb_s).describe(fmt_mb_s),
+                samples(runs, |r| r.reload(i).raw_mb_s).describe(fmt_mb_s),
             ));
             s.push_str(&format!(
                 "| tickdb reload, parallelism {p} | {} MB, {} records | {} | {} | {} |\n",
                 tight(&bytes, fmt_mb_s),
-                tight(&samples(runs, |r| rl(r).records as f64), fmt_si),
-                samples(runs, |r| rl(r).secs).describe(secs),
-                samples(runs, |r| rl(r).mb_s()).describe(fmt_mb_s),
-                samples(runs, |r| rl(r).mb_s() / rl(r).raw_mb_s).describe(fmt_ratio),
+                tight(&samples(runs, |r| r.reload(i).records as f64), fmt_si),
+                samples(runs, |r| r.reload(i).secs).describe(secs),
+                samples(runs, |r| r.reload(i).mb_s()).describe(fmt_mb_s),
+                samples(runs, |r| r.reload(i).mb_s() / r.reload(i).raw_mb_s).describe(fmt_ratio),
             ));
         }
         type PickRestart = fn(&RedisRun) -> &RedisRestart;
@@ -957,15 +961,14 @@ impl KvReport {
                 .map(|(i, x)| (i, x.parallelism))
         });
         if let Some((i, p)) = top {
-            let rl = |r: &KvRun| r.tickdb.reloads[i].clone();
-            let pct = samples(runs, |r| 100.0 * rl(r).mb_s() / rl(r).raw_mb_s);
+            let pct = samples(runs, |r| 100.0 * r.reload(i).mb_s() / r.reload(i).raw_mb_s);
             s.push_str(&format!(
                 "- Reload at 90% or more of a raw sequential read (Hazelcast: 86%): {} at parallelism {p} \
                  ({} of {} MB/s; {}). The reload rebuilds every value in RAM, and on 2 cores that CPU work, \
                  not the disk, is the limit.\n",
                 pct.range(fmt_pct),
-                samples(runs, |r| rl(r).mb_s()).range(fmt_mb_s),
-                samples(runs, |r| rl(r).raw_mb_s).range(fmt_mb_s),
+                samples(runs, |r| r.reload(i).mb_s()).range(fmt_mb_s),
+                samples(runs, |r| r.reload(i).raw_mb_s).range(fmt_mb_s),
                 verdict(&pct, 90.0),
             ));
         }

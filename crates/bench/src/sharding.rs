@@ -39,7 +39,7 @@ pub mod throughput;
 pub mod timer;
 
 use crate::error::Result;
-use crate::stats::{si, Samples};
+use crate::stats::{in_order, si, Samples};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use serde::Serialize;
 use std::path::Path;
@@ -762,13 +762,7 @@ impl ShardingReport {
              errors are summed over the rounds.\n\n"
         ));
         s.push_str("| rdbs | queries/s | ÷ 1 rdb | connections per rdb | rdbs' CPU (cores busy) | errors |\n|---|---|---|---|---|---|\n");
-        let mut setups: Vec<usize> = Vec::new();
-        for c in &t.cells {
-            if !setups.contains(&c.rdbs) {
-                setups.push(c.rdbs);
-            }
-        }
-        for n in setups {
+        for n in in_order(&t.cells, |c| c.rdbs) {
             let cells: Vec<&throughput::Cell> = t.cells.iter().filter(|c| c.rdbs == n).collect();
             let qps = Samples(cells.iter().map(|c| c.qps).collect());
             let ratio = Samples(

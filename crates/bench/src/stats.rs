@@ -76,6 +76,25 @@ impl Samples {
     }
 }
 
+impl FromIterator<f64> for Samples {
+    fn from_iter<I: IntoIterator<Item = f64>>(it: I) -> Samples {
+        Samples(it.into_iter().collect())
+    }
+}
+
+/// The distinct keys of `items`, in the order they first appear: the rows
+/// of a report whose cells ran round after round.
+pub fn in_order<T, K: PartialEq + Copy>(items: &[T], key: impl Fn(&T) -> K) -> Vec<K> {
+    let mut out: Vec<K> = Vec::new();
+    for x in items {
+        let k = key(x);
+        if !out.contains(&k) {
+            out.push(k);
+        }
+    }
+    out
+}
+
 pub fn si(x: f64) -> String {
     if x >= 1e6 {
         format!("{:.2}M", x / 1e6)

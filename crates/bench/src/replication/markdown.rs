@@ -4,7 +4,7 @@
 use super::cluster::Setup;
 use super::ReplicationReport;
 use crate::disk::MB;
-use crate::stats::{si, Samples};
+use crate::stats::{in_order, si, Samples};
 use std::fmt::Write as _;
 
 /// The targets (reported, not asserted).
@@ -177,18 +177,6 @@ fn cost(s: &mut String, r: &ReplicationReport) {
     );
 }
 
-/// The distinct keys of `items`, in the order they first appear.
-fn in_order<T, K: PartialEq + Copy>(items: &[T], key: impl Fn(&T) -> K) -> Vec<K> {
-    let mut out: Vec<K> = Vec::new();
-    for x in items {
-        let k = key(x);
-        if !out.contains(&k) {
-            out.push(k);
-        }
-    }
-    out
-}
-
 /// How many rounds `runs` (0-based round numbers) hold.
 fn rounds(runs: impl Iterator<Item = usize>) -> usize {
     runs.map(|r| r + 1).max().unwrap_or(0)
@@ -219,7 +207,8 @@ fn lag(s: &mut String, r: &ReplicationReport) {
             .iter()
             .filter(|c| c.setup == setup && c.target_rows_s == rate)
             .collect();
-        let f = |g: fn(&super::lag::LagCell) -> f64| Samples(cells.iter().map(|c| g(c)).collect());
+        let f =
+            |g: fn(&super::lag::LagCell) -> f64| cells.iter().map(|c| g(c)).collect::<Samples>();
         let achieved = f(|c| c.achieved_rows_s);
         let p99 = f(|c| c.p99_us as f64);
         let _ = writeln!(
@@ -289,7 +278,8 @@ fn ack(s: &mut String, r: &ReplicationReport) {
     s.push_str("| standby | updates acked | updates/s | errors | ack p50 | ack p99 | ack max | p99 ÷ alone | rows lost | rows duplicated |\n|---|---|---|---|---|---|---|---|---|---|\n");
     for setup in in_order(&r.ack, |a| a.setup) {
         let cells: Vec<_> = r.ack.iter().filter(|a| a.setup == setup).collect();
-        let f = |g: fn(&super::ack::AckCell) -> f64| Samples(cells.iter().map(|c| g(c)).collect());
+        let f =
+            |g: fn(&super::ack::AckCell) -> f64| cells.iter().map(|c| g(c)).collect::<Samples>();
         let ratios = Samples(
             cells
                 .iter()
