@@ -83,6 +83,16 @@ impl TickScanExec {
         }
     }
 
+    /// The table's symbol names by id, which the keys of the symbol column
+    /// of every chunk of this scan index (the dictionary only grows, and
+    /// the snapshot was taken after every row it holds); None if the scan
+    /// does not read the symbol column, or a name is null.
+    pub(crate) fn symbol_names(&self) -> Option<ArrayRef> {
+        self.sym_output()?;
+        let names = &self.snap.symbols;
+        (names.null_count() == 0).then(|| names.clone() as ArrayRef)
+    }
+
     /// The same rows by symbol (`SymScanExec`), and its symbol column's
     /// dictionary (the names, sorted); None where that cannot be done: no
     /// symbol column read, or a row without a symbol (no index has it).

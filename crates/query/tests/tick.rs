@@ -558,8 +558,123 @@ async fn symbol_and_unordered_key_groups_match_brute_force() {
         )
         .await
     );
+    // DataFusion groups that by the symbol alone (the lower-case name is
+    // computed above the aggregate): keyed, not gathered.
     assert!(!plan.contains("SymGroupExec"), "{plan}");
-    assert!(plan.contains("mode=SinglePartitioned"), "{plan}");
+    assert!(plan.contains("symbol_keys(sym"), "{plan}");
+}
+
+/// Grouped by the symbol alone: both phases group on the symbol's keys
+/// over the scan in arrival order (no gather), through sealed chunks and
+/// the active one, with symbols first seen late (the dictionary grew
+/// between chunks) and rows without a symbol, against brute force.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn symbol_alone_groups_on_keys_match_brute_force() {
+    const NAMES: [&str; 8] = ["ZEN", "AAPL", "MSFT", "IBM", "BRK", "GOOG", "TSLA", "ACME"];
+    let n = 150_000usize;
+    // (time, symbol, price, size); symbols 4.. first appear after 50k rows.
+    let rows_in: Vec<(i64, Option<&str>, Option<f64>, i64)> = (0..n)
+        .map(|i| {
+            let k = if i < 50_000 { 4 } else { NAMES.len() };
+            let sym = (i % 101 != 0).then(|| NAMES[(i * 7 + i / 3) % k]);
+            let price = (i % 11 != 0).then_some(100.0 + (i % 97) as f64 * 0.25);
+            (T0 + i as i64 * 1_000_000, sym, price, (i % 13) as i64 + 1)
+        })
+        .collect();
+    let schema = Arc::new(tickdb_core::schema::Schema::default_schema());
+    let store = Arc::new(
+        Store::new(
+            schema.clone(),
+            tickdb_core::domain::Domains::new(None).unwrap(),
+        )
+        .unwrap(),
+    );
+    let def = schema.table("trade").unwrap();
+    for part in rows_in.chunks(9_973) {
+        let mut b = BatchBuilder::new(def);
+        for &(time, sym, price, size) in part {
+            b.set(0, V::Timestamp(time));
+            if let Some(s) = sym {
+                b.set(1, V::Symbol(s));
+            }
+            if let Some(p) = price {
+                b.set(2, V::F64(p));
+            }
+            b.set(3, V::I64(size));
+            b.end_row();
+        }
+        store.apply(&b.finish()).unwrap();
+    }
+    let e = engine(store);
+    let lo = T0 + 70_000 * 1_000_000;
+    let by_time = format!("time >= to_timestamp_nanos({lo})");
+    // A filter on the symbol never keeps a row without one.
+    let picked = |s: Option<&str>| s.is_some_and(|s| ["IBM", "ACME", "ZEN"].contains(&s));
+    type Keep<'a> = &'a dyn Fn(Option<&str>, i64) -> bool;
+    let cases: [(&str, Keep); 3] = [
+        ("TRUE", &|_, _| true),
+        ("sym IN ('IBM', 'ACME', 'ZEN')", &|s, _| picked(s)),
+        (&by_time, &|_, t| t >= lo),
+    ];
+    for (filter, keep) in cases {
+        // sym -> (count, count over 110, volume, min, max, sum of prices, priced)
+        type G = (i64, i64, i64, Option<f64>, Option<f64>, f64, i64);
+        let mut want: BTreeMap<Option<&str>, G> = BTreeMap::new();
+        for &(time, sym, price, size) in &rows_in {
+            if !keep(sym, time) {
+                continue;
+            }
+            let g = want.entry(sym).or_default();
+            g.0 += 1;
+            g.2 += size;
+            if let Some(p) = price {
+                g.1 += i64::from(p > 110.0);
+                g.3 = Some(g.3.map_or(p, |m: f64| m.min(p)));
+                g.4 = Some(g.4.map_or(p, |m: f64| m.max(p)));
+                g.5 += p;
+                g.6 += 1;
+            }
+        }
+        let sql = format!(
+            "SELECT sym, count(*), count(*) FILTER (WHERE price > 110), sum(size), \
+             min(price), max(price), avg(price) FROM trade WHERE {filter} \
+             GROUP BY sym ORDER BY sym NULLS FIRST"
+        );
+        let got = rows(&e, &sql).await;
+        assert_eq!(got.len(), want.len(), "{filter}: {got:?}");
+        for (row, (s, g)) in got.iter().zip(&want) {
+            assert_eq!(row[0], json!(s), "{filter}: {row}");
+            assert_eq!(row[1], json!(g.0), "{filter}: {row}");
+            assert_eq!(row[2], json!(g.1), "{filter}: {row}");
+            assert_eq!(row[3], json!(g.2), "{filter}: {row}");
+            assert_eq!(row[4], json!(g.3), "{filter}: {row}");
+            assert_eq!(row[5], json!(g.4), "{filter}: {row}");
+            let avg = g.5 / g.6 as f64;
+            assert!(
+                (row[6].as_f64().unwrap() - avg).abs() < 1e-9,
+                "{filter}: {row}"
+            );
+        }
+        let plan = format!("{:?}", rows(&e, &format!("EXPLAIN {sql}")).await);
+        assert!(plan.contains("symbol_keys(sym"), "{filter}: {plan}");
+        assert!(plan.contains("symbols(sym"), "{filter}: {plan}");
+        assert!(!plan.contains("SymScanExec"), "{filter}: {plan}");
+    }
+    // Ordered by the count: the monitor's most active symbol.
+    let got = rows(
+        &e,
+        "SELECT sym, count(*) AS n FROM trade GROUP BY sym ORDER BY n DESC, sym LIMIT 1",
+    )
+    .await;
+    let mut counts: BTreeMap<Option<&str>, i64> = BTreeMap::new();
+    for &(_, sym, _, _) in &rows_in {
+        *counts.entry(sym).or_default() += 1;
+    }
+    let (top, n) = counts
+        .iter()
+        .max_by_key(|(s, n)| (**n, std::cmp::Reverse(**s)))
+        .unwrap();
+    assert_eq!(got, vec![json!([top, n])]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
