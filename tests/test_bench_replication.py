@@ -24,7 +24,8 @@ def md_rows(md: str, label: str) -> list[list[str]]:
 
 def test_bench_replication_measures_every_section_and_the_standby_equals_the_primary(tmp_path):
     out = tmp_path / "replication.json"
-    r = run(["bench", "replication", "--quick", "--latency-runs", "2", "--json", str(out),
+    r = run(["bench", "replication", "--quick", "--latency-runs", "2", "--catchup-runs", "2",
+             "--restore-runs", "2", "--json", str(out),
              "--work-dir", str(tmp_path / "work")], timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     md = r.stdout
@@ -40,7 +41,7 @@ def test_bench_replication_measures_every_section_and_the_standby_equals_the_pri
     # Two rounds of the lag's four cells and of the ack's two standby setups.
     assert sum(s.startswith("lag") for s in scenarios) == 8
     assert sum(s.startswith("ack") for s in scenarios) == 4
-    assert scenarios.count("catch-up") == 1
+    assert scenarios.count("catch-up") == 2  # a new standby each round
     assert sum(s.startswith("restore") for s in scenarios) == 5
     assert "checks: all passed" in md
 
@@ -75,7 +76,12 @@ def test_bench_replication_measures_every_section_and_the_standby_equals_the_pri
     # Catch-up: the asked-for journal, read raw and shipped.
     cu = rep["catchup"]
     assert cu["journal_bytes"] >= 0.02e9 and cu["segments"] >= 1 and cu["records"] > 0
-    assert cu["raw_read_mb_s"] > 0 and 0 < cu["journal_secs"] <= cu["applied_secs"] and cu["ratio_to_raw"] > 0
+    assert len(cu["rounds"]) == 2, cu
+    for x in cu["rounds"]:
+        assert x["raw_read_mb_s"] > 0 and 0 < x["journal_secs"] <= x["applied_secs"] and x["ratio_to_raw"] > 0, x
+    assert "2 round(s) of the raw read then a new standby" in md, md
+    (journal_row,) = md_rows(md, "standby catch-up: journal")
+    assert "–" in journal_row[2] and "–" in journal_row[4], journal_row
 
     # Figure 4: 0, 1, 2.5 and 5 minutes of log, scaled, each restart back
     # with the primary's rows.
@@ -84,11 +90,14 @@ def test_bench_replication_measures_every_section_and_the_standby_equals_the_pri
     for p in pts:
         assert p["tail_rows"] == round(p["minutes"] * 60 * QUICK_SCALE * RATE), p
         assert p["tail_records"] == -(-p["tail_rows"] // 48), p
-        h, f = p["hot_restart"], p["full_replay"]
-        assert h["rows"] == f["rows"] > 0 and p["journal_records"] > p["tail_records"]
-        assert 0 < h["ready_s"] <= h["caught_up_s"] and 0 < f["ready_s"] <= f["caught_up_s"]
-        assert h["reload_s"] is not None and f["reload_s"] is None
-    assert pts[-1]["hot_restart"]["rows"] > pts[0]["hot_restart"]["rows"]
+        # Two runs of the pair of restarts, every one back with the same rows.
+        assert len(p["hot_restart"]) == len(p["full_replay"]) == 2, p
+        for h, f in zip(p["hot_restart"], p["full_replay"]):
+            assert h["rows"] == f["rows"] == p["hot_restart"][0]["rows"] > 0 and p["journal_records"] > p["tail_records"]
+            assert 0 < h["ready_s"] <= h["caught_up_s"] and 0 < f["ready_s"] <= f["caught_up_s"]
+            assert h["reload_s"] is not None and f["reload_s"] is None
+    assert pts[-1]["hot_restart"][0]["rows"] > pts[0]["hot_restart"][0]["rows"]
+    assert "2 run(s) of the two restarts per point" in md, md
 
     # The report names its source by title and states its conditions.
     assert "Zero-Impact Crash Recovery for kdb+" in md
@@ -108,3 +117,9 @@ def test_bench_replication_measures_every_section_and_the_standby_equals_the_pri
 def test_bench_replication_refuses_an_unknown_section(tmp_path):
     r = run(["bench", "replication", "--sections", "lag,bogus", "--work-dir", str(tmp_path / "w")])
     assert r.returncode != 0 and "bogus" in r.stderr, r.stderr
+
+
+def test_bench_replication_refuses_zero_runs(tmp_path):
+    for flag in ("--catchup-runs", "--restore-runs"):
+        r = run(["bench", "replication", flag, "0", "--work-dir", str(tmp_path / "w")])
+        assert r.returncode != 0 and flag in r.stderr, r.stderr

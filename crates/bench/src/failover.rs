@@ -220,7 +220,7 @@ fn steps(o: &FailoverOptions, etcd: bool, redis: bool) -> u64 {
         ("etcd", r, true),
         ("soak", 1, true),
         ("loss", r, true),
-        ("restore", o.restore.minutes.len() as u64, false),
+        ("restore", restore::steps(&o.restore), false),
     ] {
         if o.runs(s) && (etcd || !needs_etcd) {
             n += k;
@@ -400,7 +400,12 @@ fn start_load(g: &mut Group, o: &FailoverOptions) -> Result<()> {
 /// The restore section's options: the replication benchmark's restore at
 /// one point, 5 minutes of log after the last checkpoint (the standby of
 /// Zero-Impact Crash Recovery for kdb+ checkpoints every 5 minutes: the most it ever replays).
-pub fn restore_options(quick: bool, minutes_scale: Option<f64>, seed: u64) -> RestoreOptions {
+pub fn restore_options(
+    quick: bool,
+    minutes_scale: Option<f64>,
+    runs: Option<u64>,
+    seed: u64,
+) -> RestoreOptions {
     RestoreOptions {
         minutes: vec![5.0],
         minutes_scale: minutes_scale.unwrap_or(if quick { 0.005 } else { 0.25 }),
@@ -410,6 +415,7 @@ pub fn restore_options(quick: bool, minutes_scale: Option<f64>, seed: u64) -> Re
         standby_fsync: "always".into(),
         symbols: 2000,
         seed,
+        runs: runs.unwrap_or(if quick { 1 } else { 3 }).max(1) as usize,
     }
 }
 
@@ -433,7 +439,7 @@ mod tests {
                 pause_ms: 150,
                 busy_loops: 2,
             },
-            restore: restore_options(false, None, 1),
+            restore: restore_options(false, None, None, 1),
             redis: true,
             sentinel_default: SentinelForm {
                 label: "default",

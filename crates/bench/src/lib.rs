@@ -441,6 +441,10 @@ struct ReplicationArgs {
     /// [default: 2; --quick 0.02].
     #[arg(long)]
     catchup_gb: Option<f64>,
+    /// Catch-up: rounds of the raw read and a new standby behind the same
+    /// primary; the report gives medians [default: 3; --quick 1].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100))]
+    catchup_runs: Option<u64>,
     /// Restore: minutes of log after the last snapshot, one point each.
     #[arg(long, value_delimiter = ',', default_value = "0,1,2.5,5")]
     restore_minutes: Vec<f64>,
@@ -460,6 +464,11 @@ struct ReplicationArgs {
     /// 20k].
     #[arg(long, value_parser = tickdb_stack::feed::parse_count)]
     restore_base_rows: Option<u64>,
+    /// Restore: timed pairs of restarts (full replay, then Hot Restart) at
+    /// each point, the standby killed with SIGKILL before each; the report
+    /// gives medians [default: 3; --quick 1].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100))]
+    restore_runs: Option<u64>,
     /// --fsync of async standbys (a semi-sync standby always runs always).
     #[arg(long, default_value = "always")]
     standby_fsync: String,
@@ -536,6 +545,7 @@ fn replication_opts(a: &ReplicationArgs) -> Result<replication::ReplicationOptio
             gb,
             standby_fsync: a.standby_fsync.clone(),
             seed: a.seed,
+            runs: a.catchup_runs.unwrap_or(if q { 1 } else { 3 }) as usize,
         },
         restore: replication::RestoreOptions {
             minutes: a.restore_minutes.clone(),
@@ -548,6 +558,7 @@ fn replication_opts(a: &ReplicationArgs) -> Result<replication::ReplicationOptio
             standby_fsync: a.standby_fsync.clone(),
             symbols: 2000,
             seed: a.seed,
+            runs: a.restore_runs.unwrap_or(if q { 1 } else { 3 }) as usize,
         },
     })
 }
@@ -604,6 +615,11 @@ struct FailoverArgs {
     /// 0.25; --quick 0.005].
     #[arg(long)]
     minutes_scale: Option<f64>,
+    /// Restore: timed pairs of restarts (Hot Restart, and a full replay for
+    /// reference), the standby killed with SIGKILL before each; the report
+    /// gives medians [default: 3; --quick 1].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100))]
+    restore_runs: Option<u64>,
     #[arg(long, default_value_t = 42)]
     seed: u64,
     /// Also write the results as JSON.
@@ -628,6 +644,7 @@ impl FailoverArgs {
             fence_margin_ms: 500,
             failover_check_ms: 100,
             minutes_scale: None,
+            restore_runs: None,
             seed: 42,
             json: None,
         }
@@ -672,7 +689,7 @@ fn failover_opts(a: &FailoverArgs) -> Result<failover::FailoverOptions> {
             pause_ms: 150,
             busy_loops: cores(),
         },
-        restore: failover::restore_options(q, scale, a.seed),
+        restore: failover::restore_options(q, scale, a.restore_runs, a.seed),
         redis: !a.no_redis,
         sentinel_default: failover::SentinelForm {
             label: "default",

@@ -123,7 +123,7 @@ pub fn run(bin: &Path, work: &Path, o: &ReplicationOptions) -> Result<Replicatio
         ("insert", cost::steps(&o.cost)),
         ("lag", lag::steps(&o.lag)),
         ("ack", ack::steps(&o.ack)),
-        ("catchup", 1),
+        ("catchup", o.catchup.runs as u64),
         ("restore", restore::steps(&o.restore)),
     ]
     .iter()
@@ -154,9 +154,7 @@ pub fn run(bin: &Path, work: &Path, o: &ReplicationOptions) -> Result<Replicatio
         Vec::new()
     };
     let catchup = if o.runs("catchup") {
-        let r = catchup::run(&c, &o.catchup, &ui, &mut checks)?;
-        ui.steps.inc(1);
-        Some(r)
+        Some(catchup::run(&c, &o.catchup, &ui, &mut checks)?)
     } else {
         None
     };

@@ -331,7 +331,9 @@ fn restore(s: &mut String, r: &FailoverReport) {
          updates), and is killed with SIGKILL; then it is restarted from its store plus the log after the \
          checkpoint, and, for reference, from its journal alone. **Scaled: each minute is {:.1} s of log here \
          (`--minutes-scale {}`).** Page cache {} before each restart. Timed from the process's start until \
-         `/health` answers (ready) and until it holds everything the primary has (caught up).\n\n\
+         `/health` answers (ready) and until it holds everything the primary has (caught up). {} run(s) of \
+         the restarts, the standby killed with SIGKILL again before each (`--restore-runs`): median \
+         (min–max) over the runs, `*` marking a spread over 1.3×.\n\n\
          | minutes of log after the checkpoint (s of log here) | rows in that log | Hot Restart: ready | **Hot Restart: caught up** | full replay: ready | full replay: caught up |\n\
          |---|---|---|---|---|---|\n",
         o.standby_fsync,
@@ -340,19 +342,21 @@ fn restore(s: &mut String, r: &FailoverReport) {
         o.batch_rows,
         60.0 * o.minutes_scale,
         o.minutes_scale,
-        res.cold.unwrap_or("NOT emptied (no permission; warm reads)")
+        res.cold.unwrap_or("NOT emptied (no permission; warm reads)"),
+        res.points.iter().map(|p| p.hot_restart.len()).max().unwrap_or(0)
     );
+    let secs = |x: f64| format!("{x:.2} s");
     for p in &res.points {
         let _ = writeln!(
             s,
-            "| {} ({:.1} s) | {} | {:.2} s | **{:.2} s** | {:.2} s | {:.2} s |",
+            "| {} ({:.1} s) | {} | {} | **{}** | {} | {} |",
             p.minutes,
             p.log_seconds,
             p.tail_rows,
-            p.hot_restart.ready_s,
-            p.hot_restart.caught_up_s,
-            p.full_replay.ready_s,
-            p.full_replay.caught_up_s
+            p.hot(|t| t.ready_s).describe(secs),
+            p.hot(|t| t.caught_up_s).describe(secs),
+            p.full(|t| t.ready_s).describe(secs),
+            p.full(|t| t.caught_up_s).describe(secs)
         );
     }
     s.push('\n');
@@ -511,7 +515,7 @@ fn targets(s: &mut String, r: &FailoverReport) {
         .restore
         .as_ref()
         .and_then(|x| x.points.last())
-        .map(|p| p.hot_restart.caught_up_s);
+        .and_then(|p| p.hot(|t| t.caught_up_s).median());
     let _ = write!(
         s,
         "### Targets and anchors\n\n\
@@ -527,7 +531,7 @@ fn targets(s: &mut String, r: &FailoverReport) {
         },
         match restore {
             Some(x) => format!(
-                "tickdb's standby here: {x:.2} s from its checkpoint plus 5 scaled minutes of log"
+                "tickdb's standby here: {x:.2} s (median) from its checkpoint plus 5 scaled minutes of log"
             ),
             None => "not measured in this run".into(),
         }

@@ -4,7 +4,9 @@
 //! segment files (the page cache emptied before each, `disk::evict`). The
 //! primary is loaded fast with the bulk insert under `--fsync never`, and
 //! is idle while the standby catches up: its shipper reads the segment
-//! files from the disk, cold.
+//! files from the disk, cold. With `runs` above one, the raw read and a
+//! fresh standby's catch-up are repeated, in turn, behind the same
+//! primary, and the report gives medians.
 
 use super::cluster::{self, Check, Cluster, NodeStatus, POLL_EVERY};
 use super::Progress;
@@ -13,6 +15,7 @@ use crate::disk::{self, MB};
 use crate::error::{BenchError, Result};
 use crate::insert::{self, InsertOptions, InsertTarget};
 use crate::servers::Tickdb;
+use crate::stats::Samples;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -35,6 +38,8 @@ pub struct CatchupOptions {
     /// The standby's `--fsync`.
     pub standby_fsync: String,
     pub seed: u64,
+    /// Rounds of the raw read and a new standby's catch-up.
+    pub runs: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -43,6 +48,21 @@ pub struct CatchupResult {
     pub segments: usize,
     pub records: u64,
     pub rows: u64,
+    /// One per round, in order.
+    pub rounds: Vec<CatchupRound>,
+    /// How the page cache was emptied, or None if it could not be.
+    pub cold: Option<&'static str>,
+}
+
+impl CatchupResult {
+    /// A figure of every round.
+    pub fn each(&self, f: fn(&CatchupRound) -> f64) -> Samples {
+        self.rounds.iter().map(f).collect()
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CatchupRound {
     /// Raw cold sequential read of the primary's segment files (1 thread,
     /// 1 MiB reads), MiB/s.
     pub raw_read_mb_s: f64,
@@ -52,9 +72,8 @@ pub struct CatchupResult {
     pub journal_mb_s: f64,
     /// ... and until its rdb had applied it too.
     pub applied_secs: f64,
+    /// The journal's MB/s ÷ this round's raw read.
     pub ratio_to_raw: f64,
-    /// How the page cache was emptied, or None if it could not be.
-    pub cold: Option<&'static str>,
 }
 
 /// The journal's segment files (not its schema history or lock).
@@ -129,34 +148,83 @@ pub fn run(
         let rest = ((target_bytes - got) as f64 * probe as f64 / got as f64).ceil() as u64;
         load(&p, rest, o.seed + 1, ui)?;
     }
-    let ps = settle(&mut p)?;
-    let journal = p.data_dir.join("journal");
-    let files = segment_files(&journal)?;
-    let journal_bytes: u64 = files
+    let status = settle(&mut p)?;
+    let files = segment_files(&p.data_dir.join("journal"))?;
+    let bytes: u64 = files
         .iter()
         .filter_map(|f| std::fs::metadata(f).ok())
         .map(|m| m.len())
         .sum();
+    let mut l = Loaded {
+        p,
+        status,
+        files,
+        bytes,
+    };
     let mut cold = disk::ColdReads::default();
-    ui.steps
-        .set_message("catch-up: raw cold read of the journal".to_string());
+    let mut rounds = Vec::new();
+    for run in 0..o.runs.max(1) {
+        rounds.push(round(c, &mut l, run, o, ui, checks, &mut cold)?);
+        ui.steps.inc(1);
+    }
+    cluster::stop(&mut l.p);
+    cluster::remove_data(&l.p);
+    Ok(CatchupResult {
+        journal_bytes: l.bytes,
+        segments: l.files.len(),
+        records: l.status.tp_seq,
+        rows: l.status.rows,
+        rounds,
+        cold: cold.how(),
+    })
+}
+
+/// The loaded primary every round's standby catches up with.
+struct Loaded {
+    p: Tickdb,
+    /// Its status once its rdb had applied its whole journal.
+    status: NodeStatus,
+    /// Its journal's segment files, and their bytes.
+    files: Vec<PathBuf>,
+    bytes: u64,
+}
+
+/// One round: the raw cold read of the primary's segment files, then a
+/// new standby, started cold behind all of them, timed until its journal
+/// and its rdb hold the primary's last record; checked, stopped, removed.
+fn round(
+    c: &Cluster,
+    l: &mut Loaded,
+    run: usize,
+    o: &CatchupOptions,
+    ui: &Progress,
+    checks: &mut Vec<Check>,
+    cold: &mut disk::ColdReads,
+) -> Result<CatchupRound> {
+    let (p, journal_bytes) = (&mut l.p, l.bytes);
+    let journal = p.data_dir.join("journal");
+    ui.steps.set_message(format!(
+        "catch-up, round {}: raw cold read of the journal",
+        run + 1
+    ));
     cold.evict(&journal);
-    let (_, raw_read_mb_s) = disk::read_files(&files, 1)?;
+    let (_, raw_read_mb_s) = disk::read_files(&l.files, 1)?;
     cold.evict(&journal);
     ui.steps.set_message(format!(
-        "catch-up: a new standby behind {:.0} MB of journal",
+        "catch-up, round {}: a new standby behind {:.0} MB of journal",
+        run + 1,
         journal_bytes as f64 / MB
     ));
     let t0 = Instant::now();
     let mut s = c.standby(
-        "repl-catchup-standby",
-        &p,
+        &format!("repl-catchup-standby-{run}"),
+        p,
         &["--fsync".into(), o.standby_fsync.clone()],
     )?;
     let journal_secs = loop {
         child::check_interrupt()?;
         s.child.check_alive()?;
-        if cluster::status(&s)?.tp_seq >= ps.tp_seq {
+        if cluster::status(&s)?.tp_seq >= l.status.tp_seq {
             break t0.elapsed().as_secs_f64();
         }
         if t0.elapsed() > cluster::CATCH_UP_TIMEOUT {
@@ -167,24 +235,17 @@ pub fn run(
         }
         std::thread::sleep(POLL_EVERY);
     };
-    cluster::wait_caught_up(&mut p, &mut s, cluster::CATCH_UP_TIMEOUT)?;
+    cluster::wait_caught_up(p, &mut s, cluster::CATCH_UP_TIMEOUT)?;
     let applied_secs = t0.elapsed().as_secs_f64();
-    checks.push(c.verify("catch-up", &mut p, &mut s)?);
+    checks.push(c.verify("catch-up", p, &mut s)?);
     cluster::stop(&mut s);
-    cluster::stop(&mut p);
     cluster::remove_data(&s);
-    cluster::remove_data(&p);
     let journal_mb_s = journal_bytes as f64 / MB / journal_secs.max(1e-9);
-    Ok(CatchupResult {
-        journal_bytes,
-        segments: files.len(),
-        records: ps.tp_seq,
-        rows: ps.rows,
+    Ok(CatchupRound {
         raw_read_mb_s,
         journal_secs,
         journal_mb_s,
         applied_secs,
         ratio_to_raw: journal_mb_s / raw_read_mb_s.max(1e-9),
-        cold: cold.how(),
     })
 }

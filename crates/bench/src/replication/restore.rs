@@ -11,7 +11,10 @@
 //! `--hot-restart` (a full replay of its own journal), then with it (the
 //! store reloaded, the log after the checkpoint replayed). Each restart is
 //! timed from its start until `/health` answers and until it has caught up
-//! with the primary, and must hold the primary's rows.
+//! with the primary, and must hold the primary's rows. With `runs` above
+//! one, each point's pair of restarts is repeated (killed again with
+//! SIGKILL each time, the store and journal as the first kill left them)
+//! and the report gives medians.
 
 use super::cluster::{self, Check, Cluster, NodeStatus};
 use super::Progress;
@@ -20,6 +23,7 @@ use crate::disk;
 use crate::error::{BenchError, Result};
 use crate::http::request_json;
 use crate::servers::Tickdb;
+use crate::stats::Samples;
 use serde::Serialize;
 use std::path::PathBuf;
 use std::process::Command;
@@ -49,6 +53,8 @@ pub struct RestoreOptions {
     pub standby_fsync: String,
     pub symbols: usize,
     pub seed: u64,
+    /// Timed pairs of restarts (full replay, then Hot Restart) per point.
+    pub runs: usize,
 }
 
 impl RestoreOptions {
@@ -85,8 +91,31 @@ pub struct RestorePoint {
     /// The whole journal a full replay reads.
     pub journal_records: u64,
     pub journal_bytes: u64,
-    pub full_replay: RestartTiming,
-    pub hot_restart: RestartTiming,
+    /// One timing per run, in run order; the two lists are as long.
+    pub full_replay: Vec<RestartTiming>,
+    pub hot_restart: Vec<RestartTiming>,
+}
+
+impl RestorePoint {
+    /// A figure of every full replay of this point.
+    pub fn full(&self, f: fn(&RestartTiming) -> f64) -> Samples {
+        self.full_replay.iter().map(f).collect()
+    }
+
+    /// A figure of every Hot Restart of this point.
+    pub fn hot(&self, f: fn(&RestartTiming) -> f64) -> Samples {
+        self.hot_restart.iter().map(f).collect()
+    }
+
+    /// Each run's full replay ÷ its Hot Restart, to ready.
+    pub fn speedups(&self) -> Samples {
+        self.full_replay
+            .iter()
+            .zip(&self.hot_restart)
+            .filter(|(_, h)| h.ready_s > 0.0)
+            .map(|(f, h)| f.ready_s / h.ready_s)
+            .collect()
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -257,10 +286,23 @@ pub fn run(
         let want = cluster::status(&p)?;
         s.child.kill();
         let jb = disk::dir_bytes(&sb.journal());
-        let (mut full_s, full_replay) = sb.timed_restart(&mut p, false, &want, &mut cold)?;
-        full_s.child.kill();
-        let (hot_s, hot_restart) = sb.timed_restart(&mut p, true, &want, &mut cold)?;
-        s = hot_s;
+        let (mut full_replay, mut hot_restart) = (Vec::new(), Vec::new());
+        for run in 0..o.runs.max(1) {
+            child::check_interrupt()?;
+            if run > 0 {
+                // The last Hot Restart caught up with a primary that took
+                // nothing since, and checkpointed nothing (none is due):
+                // each run restarts from the same journal and checkpoint.
+                s.child.kill();
+            }
+            let (mut full_s, full) = sb.timed_restart(&mut p, false, &want, &mut cold)?;
+            full_s.child.kill();
+            let (hot_s, hot) = sb.timed_restart(&mut p, true, &want, &mut cold)?;
+            s = hot_s;
+            full_replay.push(full);
+            hot_restart.push(hot);
+            ui.steps.inc(1);
+        }
         points.push(RestorePoint {
             minutes: m,
             log_seconds: o.log_seconds(m),
@@ -271,7 +313,6 @@ pub fn run(
             full_replay,
             hot_restart,
         });
-        ui.steps.inc(1);
     }
     checks.push(c.verify("restore, after the last restart", &mut p, &mut s)?);
     cluster::stop(&mut s);
@@ -286,5 +327,5 @@ pub fn run(
 }
 
 pub fn steps(o: &RestoreOptions) -> u64 {
-    o.minutes.len() as u64
+    (o.minutes.len() * o.runs.max(1)) as u64
 }
