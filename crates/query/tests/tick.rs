@@ -611,9 +611,12 @@ async fn symbol_alone_groups_on_keys_match_brute_force() {
     // A filter on the symbol never keeps a row without one.
     let picked = |s: Option<&str>| s.is_some_and(|s| ["IBM", "ACME", "ZEN"].contains(&s));
     type Keep<'a> = &'a dyn Fn(Option<&str>, i64) -> bool;
-    let cases: [(&str, Keep); 3] = [
+    // One symbol selected: the scan repeats its id instead of reading the
+    // column, and the keys must still be the table's ids (ACME is late).
+    let cases: [(&str, Keep); 4] = [
         ("TRUE", &|_, _| true),
         ("sym IN ('IBM', 'ACME', 'ZEN')", &|s, _| picked(s)),
+        ("sym = 'ACME'", &|s, _| s == Some("ACME")),
         (&by_time, &|_, t| t >= lo),
     ];
     for (filter, keep) in cases {
