@@ -180,13 +180,11 @@ impl SymbolAggregateRule {
         let Some(sym_out) = sym_out else {
             return Ok(Transformed::no(plan));
         };
-        let single = AggregateExec::try_new(
+        let single = like(
+            partial,
             AggregateMode::SinglePartitioned,
-            PhysicalGroupBy::new_single(group_exprs),
-            partial.aggr_expr().to_vec(),
-            partial.filter_expr().to_vec(),
+            group_exprs,
             input.clone(),
-            input.schema(),
         )?;
         // Grouped by the symbol and a time bucket (or another 64-bit key):
         // a symbol at a time (`sym_group`), not through DataFusion's
@@ -237,14 +235,11 @@ fn by_symbol_keys(
             )
         })
         .collect();
-    let input = partial.input().clone();
-    let keyed: Arc<dyn ExecutionPlan> = Arc::new(AggregateExec::try_new(
+    let keyed: Arc<dyn ExecutionPlan> = Arc::new(like(
+        partial,
         AggregateMode::Partial,
-        PhysicalGroupBy::new_single(group_exprs),
-        partial.aggr_expr().to_vec(),
-        partial.filter_expr().to_vec(),
-        input.clone(),
-        input.schema(),
+        group_exprs,
+        partial.input().clone(),
     )?);
     let keyed: Arc<dyn ExecutionPlan> = Arc::new(RepartitionExec::try_new(
         keyed,
@@ -259,6 +254,25 @@ fn by_symbol_keys(
         fin.input_schema(),
     )?);
     with_symbols(keyed, 0, names, fin)
+}
+
+/// An aggregate with `partial`'s aggregates and filters, in `mode`, grouped
+/// by `group_exprs`, over `input`.
+fn like(
+    partial: &AggregateExec,
+    mode: AggregateMode,
+    group_exprs: Vec<(PExpr, String)>,
+    input: Arc<dyn ExecutionPlan>,
+) -> Result<AggregateExec> {
+    let schema = input.schema();
+    AggregateExec::try_new(
+        mode,
+        PhysicalGroupBy::new_single(group_exprs),
+        partial.aggr_expr().to_vec(),
+        partial.filter_expr().to_vec(),
+        input,
+        schema,
+    )
 }
 
 /// `plan`'s column `sym_out` (keys) back to symbols over `names`, if the
