@@ -44,8 +44,9 @@ def test_bench_sharding_quick_runs_the_whitepaper_and_checks_every_answer(tmp_pa
     before = migrate_req()
     out = tmp_path / "sharding.json"
     r = run(["bench", "sharding", "--quick", "--period-s", "6", "--volume-s", "3", "--block-s", "4",
-             "--throughput-s", "3", "--throughput-runs", "2", "--rolling-rows", "500k",
-             "--json", str(out), "--work-dir", str(tmp_path / "work")], timeout=240)
+             "--throughput-s", "3", "--throughput-runs", "2", "--scenario-runs", "2",
+             "--rolling-rows", "500k",
+             "--json", str(out), "--work-dir", str(tmp_path / "work")], timeout=360)
     assert r.returncode == 0, r.stderr[-4000:]
     # The sysctl is as it was (the benchmark puts back what it set).
     assert migrate_req() == before
@@ -66,8 +67,9 @@ def test_bench_sharding_quick_runs_the_whitepaper_and_checks_every_answer(tmp_pa
     assert 0 < b["same_as_previous"] < 999 and len(b["differ_head"]) == 20
     assert "25.7%" in md and len(md_rows(md, "1 (pid")) == 1, md
 
-    # §4: off and on, three periods each, a listener joining each period.
-    assert [f["steering"] for f in rep["fly"]] == ["off", "on"]
+    # §4: two runs of off and on, three periods each, a listener joining
+    # each period.
+    assert [(f["run"], f["steering"]) for f in rep["fly"]] == [(0, "off"), (0, "on"), (1, "off"), (1, "on")]
     for f in rep["fly"]:
         assert [j["listener"] for j in f["joins"]] == [1, 2, 3]
         for j in f["joins"][1:]:
@@ -85,19 +87,28 @@ def test_bench_sharding_quick_runs_the_whitepaper_and_checks_every_answer(tmp_pa
     answered = [[p["stats"]["answered"] for p in f["periods"]] for f in rep["fly"]]
     assert sum(a[2] for a in answered) >= sum(a[0] for a in answered), answered
     assert "3.909 s" in md and "42.33 (" in md, md
-    assert len(md_rows(md, "1 (0–6 s)")) == 2, md
+    # One row per period and steering, each figure a median with its range.
+    p1 = md_rows(md, "1 (0–6 s)")
+    assert len(p1) == 2, md
+    assert all("–" in row[3] for row in p1), p1
+    assert "2 run(s) of the scenario, steering off and on in each" in md, md
 
-    # §5: 1, 2, 3 listeners, steering off and on.
+    # §5: two runs of 1, 2, 3 listeners, steering off and on.
     v = rep["volume"]
-    assert [(c["listeners"], c["steering"]) for c in v] == [
-        (n, s) for n in (1, 2, 3) for s in ("off", "on")]
+    assert [(c["run"], c["listeners"], c["steering"]) for c in v] == [
+        (k, n, s) for k in (0, 1) for n in (1, 2, 3) for s in ("off", "on")]
     for c in v:
         assert c["stats"]["failed"] == 0 and c["stats"]["answered"] > 0, c
         assert c["stats"]["p50_s"] >= 0.19, c
         assert len(c["stats"]["per_listener"]) <= c["listeners"], c
     # One single-threaded listener answers at most 1 / 0.2 s = 5 a second.
-    for c in v[:2]:
-        assert c["throughput"] <= 5.5, c
+    for c in v:
+        if c["listeners"] == 1:
+            assert c["throughput"] <= 5.5, c
+    vrows = md_rows(md, "1 | steering")
+    assert len(vrows) == 2 and all(int(row[2]) == sum(
+        c["stats"]["sent"] for c in v if c["listeners"] == 1 and row[1].startswith(f"steering {c['steering']}"))
+        for row in vrows), (vrows, md)
 
     # §6: the kernel alone keeps sending connections to the blocked listener,
     # which hold them until the block ends; steering takes it out.
@@ -144,6 +155,8 @@ def test_bench_sharding_quick_runs_the_whitepaper_and_checks_every_answer(tmp_pa
 def test_bench_sharding_refuses_an_unknown_section(tmp_path):
     r = run(["bench", "sharding", "--sections", "basic,bogus", "--work-dir", str(tmp_path / "w")])
     assert r.returncode != 0 and "bogus" in r.stderr, r.stderr
+    r = run(["bench", "sharding", "--scenario-runs", "0", "--work-dir", str(tmp_path / "w")])
+    assert r.returncode != 0 and "--scenario-runs" in r.stderr, r.stderr
 
 
 def test_bench_report_only_refuses_an_unknown_section(tmp_path):

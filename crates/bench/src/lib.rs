@@ -198,6 +198,11 @@ struct ShardingArgs {
     /// figure's median and range [default: 3; --quick 1].
     #[arg(long)]
     throughput_runs: Option<usize>,
+    /// On the fly (§4) and volume (§5): runs of each scenario, steering
+    /// off and on each time; the report gives each figure's median and
+    /// range (the paper's Table 1 averages 3 tests) [default: 3; --quick 1].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100))]
+    scenario_runs: Option<u64>,
     /// Throughput: psycopg client processes.
     #[arg(long, default_value_t = 16)]
     clients: usize,
@@ -265,6 +270,7 @@ fn sharding_opts(a: &ShardingArgs) -> Result<sharding::ShardingOptions> {
             "--basic-listeners, --throughput-rdbs, --throughput-runs and --clients must be at least 1, --connections at least 2".into(),
         ));
     }
+    let scenario_runs = a.scenario_runs.unwrap_or(if q { 1 } else { 3 }) as usize;
     Ok(sharding::ShardingOptions {
         sections: a.sections.clone(),
         quick: q,
@@ -278,12 +284,14 @@ fn sharding_opts(a: &ShardingArgs) -> Result<sharding::ShardingOptions> {
             listeners: 3,
             interval_s: 1.0,
             sleep_s: 2.0,
+            runs: scenario_runs,
         },
         volume: sharding::fly::VolumeOptions {
             seconds: volume_s,
             listeners: 3,
             interval_s: 0.1,
             sleep_s: 0.2,
+            runs: scenario_runs,
         },
         busy: sharding::busy::BusyOptions {
             block_s,

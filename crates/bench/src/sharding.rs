@@ -235,14 +235,21 @@ pub fn run(bin: &Path, work: &Path, o: &ShardingOptions) -> Result<ShardingRepor
     };
 
     let mut fly_runs = Vec::new();
-    if wants("on-the-fly") {
+    let fly_rounds = if wants("on-the-fly") {
+        o.fly.runs.max(1)
+    } else {
+        0
+    };
+    for run in 0..fly_rounds {
         let len = (o.fly.period_s * o.fly.listeners as f64 * 1000.0) as u64;
-        let (a, b) = off_and_on(&mp, len, "§4 on the fly", "ms", |s, pb| {
-            fly::run_fly(bin, &dir, tp, s, &o.fly, pb)
+        let what = format!("§4 on the fly, run {}", run + 1);
+        let (a, b) = off_and_on(&mp, len, &what, "ms", |s, pb| {
+            fly::run_fly(bin, &dir, tp, run, s, &o.fly, pb)
         })?;
         for r in [a, b] {
             eprintln!(
-                "sharding §4, {}: {}",
+                "sharding §4, run {}, {}: {}",
+                run + 1,
                 r.steering.label(),
                 r.periods
                     .iter()
@@ -261,15 +268,22 @@ pub fn run(bin: &Path, work: &Path, o: &ShardingOptions) -> Result<ShardingRepor
     }
 
     let mut volume = Vec::new();
-    if wants("volume") {
+    let volume_rounds = if wants("volume") {
+        o.volume.runs.max(1)
+    } else {
+        0
+    };
+    for run in 0..volume_rounds {
         let len = (o.volume.seconds * o.volume.listeners as f64 * 1000.0) as u64;
-        let (a, b) = off_and_on(&mp, len, "§5 volume", "ms", |s, pb| {
-            fly::run_volume(bin, &dir, tp, s, &o.volume, pb)
+        let what = format!("§5 volume, run {}", run + 1);
+        let (a, b) = off_and_on(&mp, len, &what, "ms", |s, pb| {
+            fly::run_volume(bin, &dir, tp, run, s, &o.volume, pb)
         })?;
         for (cells, fs) in [a, b] {
             for c in &cells {
                 eprintln!(
-                    "sharding §5, {} listener(s), {}: {:.1} answers/s, median {}, p99 {}",
+                    "sharding §5, run {}, {} listener(s), {}: {:.1} answers/s, median {}, p99 {}",
+                    run + 1,
                     c.listeners,
                     c.steering.label(),
                     c.throughput,
@@ -280,7 +294,7 @@ pub fn run(bin: &Path, work: &Path, o: &ShardingOptions) -> Result<ShardingRepor
             volume.extend(cells);
             failures.extend(fs);
         }
-        volume.sort_by_key(|c| (c.listeners, c.steering == Steering::On));
+        volume.sort_by_key(|c| (c.run, c.listeners, c.steering == Steering::On));
     }
 
     let mut busy_runs = Vec::new();
@@ -377,6 +391,10 @@ fn secs(x: Option<f64>) -> String {
         Some(s) => format!("{s:.3} s"),
         None => "n/a".into(),
     }
+}
+
+fn secs_of(x: f64) -> String {
+    secs(Some(x))
 }
 
 fn pct(n: usize, of: usize) -> String {
@@ -490,16 +508,27 @@ impl ShardingReport {
              One listener for the first period, a second started at the start of the second period, a third at the third; a period is {} s here against the paper's 60 s (×{scale:.2}), so the paper's request counts are scaled by {scale:.2} for comparison. Requests are grouped by when the timer fired, as the paper's `select avg timeTaken by sendTime.minute`. A listener's join time includes its load (replaying the tp's journal): when each became ready is stated.\n\n",
             o.interval_s, o.sleep_s, o.sleep_s, o.period_s
         ));
-        for r in &self.fly {
-            s.push_str(&format!("**{}**", self.steering_note(r.steering)));
-            let joins: Vec<String> = r
-                .joins
-                .iter()
-                .skip(1)
-                .map(|j| {
+        let runs = in_order(&self.fly, |r| r.run).len();
+        s.push_str(&format!(
+            "{runs} run(s) of the scenario, steering off and on in each (`--scenario-runs`; the paper's Table 1 averages 3 tests): each figure is the median (min–max) over the runs, `*` marking a spread over 1.3×, and failed requests are summed.\n\n"
+        ));
+        for steering in in_order(&self.fly, |r| r.steering) {
+            let of: Vec<&fly::FlyRun> =
+                self.fly.iter().filter(|r| r.steering == steering).collect();
+            s.push_str(&format!("**{}**", self.steering_note(steering)));
+            let joined = of.first().map_or(0, |r| r.joins.len());
+            let joins: Vec<String> = (1..joined)
+                .map(|k| {
+                    let load: Samples = of
+                        .iter()
+                        .filter_map(|r| r.joins.get(k))
+                        .map(|j| j.load_s)
+                        .collect();
                     format!(
-                        "listener {} started at +{:.1} s, ready at +{:.2} s (load {:.2} s)",
-                        j.listener, j.started_s, j.ready_s, j.load_s
+                        "listener {} started at the start of period {}, ready after a load of {}",
+                        k + 1,
+                        k + 1,
+                        load.describe(|x| format!("{x:.2} s"))
                     )
                 })
                 .collect();
@@ -507,19 +536,23 @@ impl ShardingReport {
                 s.push_str(&format!(" — {}", joins.join("; ")));
             }
             s.push_str(":\n\n| period | listeners | requests processed | average response time | median | p99 | failed | paper: requests (×scale) | paper: average response time |\n|---|---|---|---|---|---|---|---|---|\n");
-            for p in &r.periods {
-                let i = p.period - 1;
+            let periods = of.first().map_or(0, |r| r.periods.len());
+            for i in 0..periods {
+                let at: Vec<&fly::Period> = of.iter().filter_map(|r| r.periods.get(i)).collect();
+                let each = |f: fn(&fly::ReqStats) -> Option<f64>| -> Samples {
+                    at.iter().filter_map(|p| f(&p.stats)).collect()
+                };
                 s.push_str(&format!(
                     "| {} ({:.0}–{:.0} s) | {} | {} | {} | {} | {} | {} | {} | {} |\n",
-                    p.period,
+                    i + 1,
                     i as f64 * o.period_s,
                     (i + 1) as f64 * o.period_s,
-                    p.listeners,
-                    p.stats.answered,
-                    secs(p.stats.mean_s),
-                    secs(p.stats.p50_s),
-                    secs(p.stats.p99_s),
-                    p.stats.failed,
+                    at.first().map_or(0, |p| p.listeners),
+                    each(|x| Some(x.answered as f64)).describe(|x| format!("{x:.0}")),
+                    each(|x| x.mean_s).describe(secs_of),
+                    each(|x| x.p50_s).describe(secs_of),
+                    each(|x| x.p99_s).describe(secs_of),
+                    at.iter().map(|p| p.stats.failed).sum::<usize>(),
                     fly::PAPER_REQUESTS
                         .get(i)
                         .map(|x| format!("{x} ({:.1})", x * scale))
@@ -546,24 +579,44 @@ impl ShardingReport {
             o.sleep_s,
             o.seconds
         ));
+        let runs = in_order(&self.volume, |c| c.run).len();
+        s.push_str(&format!(
+            "{runs} run(s), every cell in each (`--scenario-runs`): each figure is the median (min–max) over the runs, `*` marking a spread over 1.3×; requests and failures are summed, and \"per listener\" is the answers of the run with the median answers/s.\n\n"
+        ));
         s.push_str("| listeners | steering | requests | answers/s | median | p99 | max | failed | per listener |\n|---|---|---|---|---|---|---|---|---|\n");
-        for c in &self.volume {
+        for (listeners, steering) in in_order(&self.volume, |c| (c.listeners, c.steering)) {
+            let cells: Vec<&fly::VolumeCell> = self
+                .volume
+                .iter()
+                .filter(|c| c.listeners == listeners && c.steering == steering)
+                .collect();
+            let each = |f: fn(&fly::ReqStats) -> Option<f64>| -> Samples {
+                cells.iter().filter_map(|c| f(&c.stats)).collect()
+            };
+            let throughput: Samples = cells.iter().map(|c| c.throughput).collect();
+            let mid = throughput.median().unwrap_or(0.0);
+            let typical = cells.iter().min_by(|a, b| {
+                (a.throughput - mid)
+                    .abs()
+                    .total_cmp(&(b.throughput - mid).abs())
+            });
             s.push_str(&format!(
-                "| {} | {} | {} | {:.2} | {} | {} | {} | {} | {} |\n",
-                c.listeners,
-                self.steering_note(c.steering),
-                c.stats.sent,
-                c.throughput,
-                secs(c.stats.p50_s),
-                secs(c.stats.p99_s),
-                secs(c.stats.max_s),
-                c.stats.failed,
-                c.stats
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                listeners,
+                self.steering_note(steering),
+                cells.iter().map(|c| c.stats.sent).sum::<usize>(),
+                throughput.describe(|x| format!("{x:.2}")),
+                each(|x| x.p50_s).describe(secs_of),
+                each(|x| x.p99_s).describe(secs_of),
+                each(|x| x.max_s).describe(secs_of),
+                cells.iter().map(|c| c.stats.failed).sum::<usize>(),
+                typical.map_or_else(String::new, |c| c
+                    .stats
                     .per_listener
                     .values()
                     .map(|n| n.to_string())
                     .collect::<Vec<_>>()
-                    .join(" / ")
+                    .join(" / "))
             ));
         }
         s.push_str(&format!(

@@ -38,6 +38,8 @@ pub struct FlyOptions {
     /// The timer (the paper: 1 s) and each request's sleep (2 s).
     pub interval_s: f64,
     pub sleep_s: f64,
+    /// Runs of the whole scenario (the paper's Table 1 averages 3 tests).
+    pub runs: usize,
 }
 
 /// When a listener joined.
@@ -103,6 +105,8 @@ pub struct Period {
 /// One section 4 run.
 #[derive(Debug, Clone, Serialize)]
 pub struct FlyRun {
+    /// Which run (0-based).
+    pub run: usize,
     pub steering: Steering,
     pub joins: Vec<Join>,
     pub periods: Vec<Period>,
@@ -141,15 +145,16 @@ fn check(reqs: &[Req], pids: &[u32], what: &str, failures: &mut Vec<String>) {
     }
 }
 
-fn listener_name(section: &str, s: Steering, k: usize) -> String {
-    format!("{section}-{}-{k}", s.short())
+fn listener_name(section: &str, run: usize, s: Steering, k: usize) -> String {
+    format!("{section}-{run}-{}-{k}", s.short())
 }
 
-/// Section 4, one run.
+/// Section 4, one run (`run`, 0-based) of one steering mode.
 pub fn run_fly(
     bin: &Path,
     dir: &Path,
     tp: u16,
+    run: usize,
     s: Steering,
     o: &FlyOptions,
     pb: &ProgressBar,
@@ -160,7 +165,7 @@ pub fn run_fly(
         shared: true,
         flags: s.flags(None),
     };
-    let first = group::start(bin, dir, &listener_name("fly", s, 1), &spec)?;
+    let first = group::start(bin, dir, &listener_name("fly", run, s, 1), &spec)?;
     let load0 = first.ready_s.unwrap_or(0.0);
     let mut joins = vec![Join {
         listener: 1,
@@ -193,7 +198,7 @@ pub fn run_fly(
             let mut out = Vec::new();
             for k in 1..o.listeners {
                 sleep_until(t0 + period * k as u32)?;
-                let mut m = group::spawn(bin, dir, &listener_name("fly", s, k + 1), &spec)?;
+                let mut m = group::spawn(bin, dir, &listener_name("fly", run, s, k + 1), &spec)?;
                 let started_s = t0.elapsed().as_secs_f64();
                 let load_s = m.wait_ready()?;
                 let join = Join {
@@ -238,6 +243,7 @@ pub fn run_fly(
         .collect();
     group::stop_all(&mut members);
     Ok(FlyRun {
+        run,
         steering: s,
         joins,
         periods,
@@ -254,10 +260,14 @@ pub struct VolumeOptions {
     /// The timer (the paper: 100 ms) and each request's sleep (0.2 s).
     pub interval_s: f64,
     pub sleep_s: f64,
+    /// Runs of the whole scenario.
+    pub runs: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct VolumeCell {
+    /// Which run (0-based).
+    pub run: usize,
     pub steering: Steering,
     pub listeners: usize,
     pub seconds: f64,
@@ -266,11 +276,13 @@ pub struct VolumeCell {
     pub throughput: f64,
 }
 
-/// Section 5, one steering mode: 1, 2, 3 listeners in turn.
+/// Section 5, one run (`run`, 0-based) of one steering mode: 1, 2, 3
+/// listeners in turn.
 pub fn run_volume(
     bin: &Path,
     dir: &Path,
     tp: u16,
+    run: usize,
     s: Steering,
     o: &VolumeOptions,
     pb: &ProgressBar,
@@ -289,7 +301,7 @@ pub fn run_volume(
         members.push(group::start(
             bin,
             dir,
-            &listener_name("volume", s, n),
+            &listener_name("volume", run, s, n),
             &spec,
         )?);
         let live = Live::default();
@@ -320,6 +332,7 @@ pub fn run_volume(
             .filter(|r| r.error.is_none() && r.answered.is_some_and(|a| a <= o.seconds))
             .count();
         cells.push(VolumeCell {
+            run,
             steering: s,
             listeners: n,
             seconds: o.seconds,
