@@ -39,7 +39,7 @@ pub mod throughput;
 pub mod timer;
 
 use crate::error::Result;
-use crate::stats::{in_order, si, Samples};
+use crate::stats::{in_order, median_item, si, Samples};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use serde::Serialize;
 use std::path::Path;
@@ -581,7 +581,7 @@ impl ShardingReport {
         ));
         let runs = in_order(&self.volume, |c| c.run).len();
         s.push_str(&format!(
-            "{runs} run(s), every cell in each (`--scenario-runs`): each figure is the median (min–max) over the runs, `*` marking a spread over 1.3×; requests and failures are summed, and \"per listener\" is the answers of the run with the median answers/s.\n\n"
+            "{runs} run(s), every cell in each (`--scenario-runs`): each figure is the median (min–max) over the runs, `*` marking a spread over 1.3×; requests and failures are summed, and \"per listener\" is the answers of the run with the median answers/s (the lower middle one for an even count).\n\n"
         ));
         s.push_str("| listeners | steering | requests | answers/s | median | p99 | max | failed | per listener |\n|---|---|---|---|---|---|---|---|---|\n");
         for (listeners, steering) in in_order(&self.volume, |c| (c.listeners, c.steering)) {
@@ -594,12 +594,7 @@ impl ShardingReport {
                 cells.iter().filter_map(|c| f(&c.stats)).collect()
             };
             let throughput: Samples = cells.iter().map(|c| c.throughput).collect();
-            let mid = throughput.median().unwrap_or(0.0);
-            let typical = cells.iter().min_by(|a, b| {
-                (a.throughput - mid)
-                    .abs()
-                    .total_cmp(&(b.throughput - mid).abs())
-            });
+            let typical = median_item(&cells, |c| c.throughput);
             s.push_str(&format!(
                 "| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 listeners,
@@ -827,11 +822,7 @@ impl ShardingReport {
                     })
                     .collect(),
             );
-            // The round whose queries/s is the median (the lower middle one
-            // for an even count).
-            let mut by_qps = cells.clone();
-            by_qps.sort_by(|a, b| a.qps.total_cmp(&b.qps));
-            let mid = by_qps.get((by_qps.len().max(1) - 1) / 2);
+            let mid = median_item(&cells, |c| c.qps);
             let cores: Vec<f64> = cells.iter().filter_map(|c| c.server_cores).collect();
             s.push_str(&format!(
                 "| {n} | {} | {} | {} | {} | {} |\n",

@@ -95,6 +95,14 @@ pub fn in_order<T, K: PartialEq + Copy>(items: &[T], key: impl Fn(&T) -> K) -> V
     out
 }
 
+/// The item whose `key` is the median (the lower middle one for an even
+/// count): the run a report takes its other, unaggregated figures from.
+pub fn median_item<'a, T>(items: &[&'a T], key: impl Fn(&T) -> f64) -> Option<&'a T> {
+    let mut by_key = items.to_vec();
+    by_key.sort_by(|a, b| key(a).total_cmp(&key(b)));
+    by_key.get((by_key.len().max(1) - 1) / 2).copied()
+}
+
 pub fn si(x: f64) -> String {
     if x >= 1e6 {
         format!("{:.2}M", x / 1e6)
@@ -134,5 +142,15 @@ mod tests {
         assert_eq!(Samples::default().percentile(50.0), None);
         assert_eq!(si(1_234_567.0), "1.23M");
         assert_eq!(ratio(Some(2.0), Some(1.0)), "2.00×");
+    }
+
+    #[test]
+    fn median_item_is_the_middle_one_or_the_lower_middle() {
+        let v = [3.0, 1.0, 2.0, 9.0];
+        let refs: Vec<&f64> = v.iter().collect();
+        assert_eq!(median_item(&refs, |x| *x), Some(&2.0));
+        assert_eq!(median_item(&refs[..3], |x| *x), Some(&2.0));
+        assert_eq!(median_item(&refs[..1], |x| *x), Some(&3.0));
+        assert_eq!(median_item::<f64>(&[], |x| *x), None);
     }
 }
