@@ -343,7 +343,7 @@ fn restore(s: &mut String, r: &FailoverReport) {
         60.0 * o.minutes_scale,
         o.minutes_scale,
         res.cold.unwrap_or("NOT emptied (no permission; warm reads)"),
-        res.points.iter().map(|p| p.hot_restart.len()).max().unwrap_or(0)
+        res.runs()
     );
     let secs = |x: f64| format!("{x:.2} s");
     for p in &res.points {

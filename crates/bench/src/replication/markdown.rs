@@ -393,12 +393,7 @@ fn restore(s: &mut String, r: &ReplicationReport) {
     let (Some(res), o) = (&r.restore, &r.options.restore) else {
         return;
     };
-    let runs = res
-        .points
-        .iter()
-        .map(|p| p.hot_restart.len())
-        .max()
-        .unwrap_or(0);
+    let runs = res.runs();
     let _ = write!(
         s,
         "### Restore after a crash (Figure 4 of Zero-Impact Crash Recovery for kdb+)\n\n\

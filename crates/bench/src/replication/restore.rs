@@ -124,6 +124,17 @@ pub struct RestoreResult {
     pub cold: Option<&'static str>,
 }
 
+impl RestoreResult {
+    /// Timed runs of a point's restarts.
+    pub fn runs(&self) -> usize {
+        self.points
+            .iter()
+            .map(|p| p.hot_restart.len())
+            .max()
+            .unwrap_or(0)
+    }
+}
+
 /// `tickdb feed --prestress ROWS --duration 0`: ROWS trades and quotes as
 /// fast as the primary acknowledges them, `batch_rows` rows a request.
 fn feed_rows(
