@@ -281,41 +281,52 @@ def test_bench_stack_report_has_every_row_and_plausible_latencies(tmp_path):
 
 
 def test_bench_stack_scale_reports_one_stack_at_the_study_sizes_scaled_down(tmp_path):
-    """`--scale` with its sizes overridden: one DRAM stack, its preload
-    complete, and the subsection with bytes per row of trade and quote from
-    the rdb's per-table figures."""
+    """`--scale` with its sizes overridden, in two runs: one DRAM stack each,
+    its preload complete, and the subsection with each run's column and the
+    medians, bytes per row of trade and quote from the rdb's per-table
+    figures."""
     out = tmp_path / "scale.json"
-    r = run(["bench", "stack", "--scale", "--prestress", "200k", "--seconds", "3", "--rate", "5000",
-             "--symbols", "300", "--json", str(out), "--work-dir", str(tmp_path / "work")], timeout=300)
+    r = run(["bench", "stack", "--scale", "--runs", "2", "--prestress", "200k", "--seconds", "3", "--rate", "5000",
+             "--symbols", "300", "--json", str(out), "--work-dir", str(tmp_path / "work")], timeout=400)
     assert r.returncode == 0, r.stderr[-3000:]
     md = r.stdout
     assert "### The study's scale on one stack" in md and "### Test 1" not in md, md
+    assert "| | run 1 | run 2 | median (min–max) |" in md, md
+    assert "2 runs (`--runs`), one after the other" in md, md
     for label in ("Prestress", "Rows at the end", "Bytes per row in memory: trade", "Bytes per row in memory: quote",
                   "The agg's tables in memory", "Max tick latency", "Mean tick latency", "Max aggregated-row latency",
                   "As-of query time", "RSS of the rdb (max)", "Achieved feed rate"):
         rows = stack_rows(md, label)
         assert len(rows) == 1 and "n/a" not in rows[0], (label, md)
-    assert "stopped short" not in md and "Aggregation check: passed" in md, md
+        assert len(rows[0].split("|")[1:-1]) == 4, rows
+    assert "stopped short" not in md and "Aggregation check: passed in every run" in md, md
 
     rep = json.loads(out.read_text())
     assert not rep["test1"] and rep["test2"] is None
     sc = rep["scale"]
-    assert sc["rate"] == 5000 and sc["seconds"] == 3
-    s = sc["stack"]
-    assert s["placement"] == "dram" and s["timers"] == {"monitor_ms": 300, "tp_ms": 50}
-    load = s["prestress_load"]
-    assert load["asked_rows"] == 200_000 and load["rows"] == 200_000 and load["stopped"] is None, load
-    assert load["seconds"] > 0
-    tables = {t["name"]: t for t in s["tables"]}
-    # 28 bytes of columns and 4 of index a trade, 44 and 4 a quote, plus the
-    # dictionary and each table's unwritten rest of its newest chunk.
-    for name, least in (("trade", 28), ("quote", 44)):
-        t = tables[name]
-        assert t["rows"] > 0 and t["fsmem_bytes"] == 0, t
-        assert least <= t["dram_bytes"] / t["rows"] < 200, t
-    m = s["monitor"]
-    assert m["rss_bytes_max"] >= m["rss_anon_bytes_max"] > 0
-    assert m["asof_ms"]["n"] > 0 and s["feed"]["rate_achieved"] > 4000
+    assert sc["rate"] == 5000 and sc["seconds"] == 3 and len(sc["runs"]) == 2
+    per_row = {"trade": [], "quote": []}
+    for s in sc["runs"]:
+        assert s["placement"] == "dram" and s["timers"] == {"monitor_ms": 300, "tp_ms": 50}
+        load = s["prestress_load"]
+        assert load["asked_rows"] == 200_000 and load["rows"] == 200_000 and load["stopped"] is None, load
+        assert load["seconds"] > 0
+        tables = {t["name"]: t for t in s["tables"]}
+        # 28 bytes of columns and 4 of index a trade, 44 and 4 a quote, plus the
+        # dictionary and each table's unwritten rest of its newest chunk.
+        for name, least in (("trade", 28), ("quote", 44)):
+            t = tables[name]
+            assert t["rows"] > 0 and t["fsmem_bytes"] == 0, t
+            assert least <= t["dram_bytes"] / t["rows"] < 200, t
+            per_row[name].append(t["dram_bytes"] / t["rows"])
+        m = s["monitor"]
+        assert m["rss_bytes_max"] >= m["rss_anon_bytes_max"] > 0
+        assert m["asof_ms"]["n"] > 0 and s["feed"]["rate_achieved"] > 4000
+    # The medians column: bytes per row, the median of the two runs.
+    for name in ("trade", "quote"):
+        cells = [c.strip() for c in stack_rows(md, f"Bytes per row in memory: {name}")[0].split("|")[1:-1]]
+        lo, hi = sorted(per_row[name])
+        assert cells[3].startswith(f"{(lo + hi) / 2:.1f} B"), (cells, lo, hi)
 
 
 def test_bench_stack_zero_latency_runs_one_stack_at_a_time(tmp_path):

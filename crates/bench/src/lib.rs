@@ -198,9 +198,10 @@ struct ShardingArgs {
     /// figure's median and range [default: 3; --quick 1].
     #[arg(long)]
     throughput_runs: Option<usize>,
-    /// On the fly (§4) and volume (§5): runs of each scenario, steering
-    /// off and on each time; the report gives each figure's median and
-    /// range (the paper's Table 1 averages 3 tests) [default: 3; --quick 1].
+    /// §3 to §7: runs of each scenario (§4 to §6 with steering off and on
+    /// each time; §7's upgrades against the one journal); the report gives
+    /// each figure's median and range (the paper's Table 1 averages 3
+    /// tests) [default: 3; --quick 1].
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100))]
     scenario_runs: Option<u64>,
     /// Throughput: psycopg client processes.
@@ -278,6 +279,7 @@ fn sharding_opts(a: &ShardingArgs) -> Result<sharding::ShardingOptions> {
         basic: sharding::basic::BasicOptions {
             listeners: a.basic_listeners,
             connections: a.connections,
+            runs: scenario_runs,
         },
         fly: sharding::fly::FlyOptions {
             period_s,
@@ -298,6 +300,7 @@ fn sharding_opts(a: &ShardingArgs) -> Result<sharding::ShardingOptions> {
             interval_s: 0.1,
             around_s: if q { 1.0 } else { 2.0 },
             busy_query_ms: a.busy_query_ms,
+            runs: scenario_runs,
         },
         rolling: sharding::rolling::RollingOptions {
             rows: a
@@ -307,6 +310,7 @@ fn sharding_opts(a: &ShardingArgs) -> Result<sharding::ShardingOptions> {
             interval_s: 0.1,
             around_s: 1.0,
             seed: a.seed,
+            runs: scenario_runs,
         },
         throughput: sharding::throughput::ThroughputOptions {
             rdbs: a.throughput_rdbs.clone(),
@@ -834,12 +838,13 @@ struct StackArgs {
     /// max and mean tick latency, the as-of query's time, the rdb's RSS,
     /// the feed's rate and how long the preload took. --rate, --seconds,
     /// --prestress and --timers override its sizes (a quick check:
-    /// --scale --prestress 2M --seconds 30). If the live run would not fit
+    /// --scale --runs 1 --prestress 2M --seconds 30). If the live run would not fit
     /// in memory after the preload, the preload stops early and the report
     /// says at how many rows and why. 65M rows take about 3 GiB in the rdb
     /// (its RSS ends near 7 GiB with the live run's rows and the agg's
     /// bars) and about a minute to load on 2 cores; with 10 minutes
-    /// measured the run takes about 12 minutes.
+    /// measured a run takes about 12 minutes, and it runs --runs times
+    /// (default 3: about 36 minutes), each on a stack started afresh.
     #[arg(long)]
     scale: bool,
     /// Zero latency at the study's rate, instead of Tests 1 and 2: one
@@ -857,16 +862,16 @@ struct StackArgs {
         conflicts_with_all = ["scale", "timers", "full"]
     )]
     zero_latency: Option<u64>,
-    /// Runs of each Test 1 scenario and of Test 2: every figure of their
-    /// tables is the median over the runs, and the report lists each run's
-    /// max latency. The scenarios run in rounds (each once, then again), each
-    /// run starting its stacks afresh. Default: 3; 1 with --full (the
-    /// study's 30-minute runs).
+    /// Runs of each Test 1 scenario and of Test 2, or of the --scale run:
+    /// every figure of their tables is the median over the runs, and the
+    /// report lists each run's figures. The scenarios run in rounds (each
+    /// once, then again), each run starting its stacks afresh. Default: 3;
+    /// 1 with --full (the study's 30-minute runs).
     #[arg(
         long,
         value_name = "N",
         value_parser = clap::value_parser!(u64).range(1..),
-        conflicts_with_all = ["scale", "zero_latency"]
+        conflicts_with_all = ["zero_latency"]
     )]
     runs: Option<u64>,
     /// Also write the results as JSON.
@@ -1872,6 +1877,7 @@ fn stack_and_insert_sections(bin: &Path, work: &Path, a: &ReportArgs) -> Result<
         scale.seconds = 5.0;
         scale.prestress = 300_000;
         scale.symbols = 1000;
+        scale.runs = 1;
         zl.rate = 10_000;
         zl.seconds = 4.0;
         zl.prestress = 50_000;

@@ -21,10 +21,14 @@ pub const PAPER_SHARES: [f64; 4] = [25.0, 25.7, 24.5, 24.8];
 pub struct BasicOptions {
     pub listeners: usize,
     pub connections: usize,
+    /// Runs, each on listeners of its own.
+    pub runs: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct BasicRun {
+    /// Which run (0-based).
+    pub run: usize,
     pub listeners: usize,
     pub connections: usize,
     /// Connections per listener, in the order they were started: (pid, n).
@@ -40,10 +44,12 @@ pub struct BasicRun {
     pub failures: Vec<String>,
 }
 
+/// One run (`run`, 0-based).
 pub fn run_basic(
     bin: &Path,
     dir: &Path,
     tp: u16,
+    run: usize,
     o: &BasicOptions,
     pb: &ProgressBar,
 ) -> Result<BasicRun> {
@@ -60,7 +66,9 @@ pub fn run_basic(
         shared: true,
         flags,
     };
-    let names: Vec<String> = (1..=o.listeners).map(|k| format!("basic-{k}")).collect();
+    let names: Vec<String> = (1..=o.listeners)
+        .map(|k| format!("basic-{run}-{k}"))
+        .collect();
     let mut members = group::start_all(bin, dir, &names, &spec)?;
     // Every member's socket must be in the group before the client starts.
     let t = std::time::Instant::now();
@@ -68,7 +76,8 @@ pub fn run_basic(
         child::check_interrupt()?;
         if t.elapsed() > Duration::from_secs(10) {
             return Err(BenchError::Server(format!(
-                "section 3: {} of {} listeners listen on the shared port 10 s after all were ready",
+                "section 3, run {}: {} of {} listeners listen on the shared port 10 s after all were ready",
+                run + 1,
                 group::listeners_on(spec.ports.ipc),
                 o.listeners
             )));
@@ -90,7 +99,11 @@ pub fn run_basic(
             }
             Err(e) => {
                 if failures.len() < 3 {
-                    failures.push(format!("section 3: connection {}: {e}", i + 1));
+                    failures.push(format!(
+                        "section 3, run {}: connection {}: {e}",
+                        run + 1,
+                        i + 1
+                    ));
                 }
                 pids.push(None);
             }
@@ -114,8 +127,10 @@ pub fn run_basic(
     let known: usize = per_listener.iter().map(|(_, n)| n).sum();
     if known != o.connections {
         failures.push(format!(
-            "section 3: {} of {} connections answered `.z.i` with a listener's pid",
-            known, o.connections
+            "section 3, run {}: {} of {} connections answered `.z.i` with a listener's pid",
+            run + 1,
+            known,
+            o.connections
         ));
     }
     let same_as_previous = pids
@@ -135,16 +150,17 @@ pub fn run_basic(
         })
         .collect();
     let mut longest_run = 0;
-    let mut run = 0;
+    let mut streak = 0;
     for (i, p) in pids.iter().enumerate() {
-        run = if i > 0 && pids[i - 1] == *p {
-            run + 1
+        streak = if i > 0 && pids[i - 1] == *p {
+            streak + 1
         } else {
             1
         };
-        longest_run = longest_run.max(run);
+        longest_run = longest_run.max(streak);
     }
     Ok(BasicRun {
+        run,
         listeners: o.listeners,
         connections: o.connections,
         per_listener,

@@ -37,6 +37,8 @@ pub struct BusyOptions {
     pub around_s: f64,
     /// `--busy-query-ms` of the steering run.
     pub busy_query_ms: u64,
+    /// Runs of the scenario, steering off and on each time.
+    pub runs: usize,
 }
 
 /// One connection of the client.
@@ -52,6 +54,8 @@ pub struct Conn {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct BusyRun {
+    /// Which run (0-based).
+    pub run: usize,
     pub steering: Steering,
     pub blocked_pid: u32,
     pub other_pid: u32,
@@ -89,11 +93,12 @@ pub struct BusyRun {
     pub failures: Vec<String>,
 }
 
-/// One steering mode.
+/// One run (`run`, 0-based) of one steering mode.
 pub fn run_busy(
     bin: &Path,
     dir: &Path,
     tp: u16,
+    run: usize,
     s: Steering,
     o: &BusyOptions,
     pb: &ProgressBar,
@@ -104,7 +109,7 @@ pub fn run_busy(
         shared: true,
         flags: s.flags(Some(o.busy_query_ms)),
     };
-    let names = [1, 2].map(|k| format!("busy-{}-{k}", s.short()));
+    let names = [1, 2].map(|k| format!("busy-{run}-{}-{k}", s.short()));
     let mut members = group::start_all(bin, dir, &names, &spec)?;
     let (blocked_pid, other_pid, admin1) = (members[0].pid, members[1].pid, members[0].admin);
     let port = spec.ports.ipc;
@@ -227,7 +232,8 @@ pub fn run_busy(
             })
             .count();
         failures.push(format!(
-            "section 6, {}: {} of {} connections failed (first, opened at {:+.2} s into the block: {}){}",
+            "section 6, run {}, {}: {} of {} connections failed (first, opened at {:+.2} s into the block: {}){}",
+            run + 1,
             s.label(),
             failed.len(),
             conns.len(),
@@ -246,13 +252,15 @@ pub fn run_busy(
         .count();
     if strangers > 0 {
         failures.push(format!(
-            "section 6, {}: {strangers} connections answered by a pid that is not a listener",
+            "section 6, run {}, {}: {strangers} connections answered by a pid that is not a listener",
+            run + 1,
             s.label()
         ));
     }
     if block_status != 200 {
         failures.push(format!(
-            "section 6, {}: the block (select pg_sleep({}) on listener 1's admin port) answered HTTP {block_status}",
+            "section 6, run {}, {}: the block (select pg_sleep({}) on listener 1's admin port) answered HTTP {block_status}",
+            run + 1,
             s.label(),
             o.block_s
         ));
@@ -270,6 +278,7 @@ pub fn run_busy(
             .map(|(t, _)| *t)
     });
     Ok(BusyRun {
+        run,
         steering: s,
         blocked_pid,
         other_pid,

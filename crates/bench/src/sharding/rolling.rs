@@ -48,6 +48,8 @@ pub struct RollingOptions {
     /// Client time before the upgrade starts and after it is done.
     pub around_s: f64,
     pub seed: u64,
+    /// Upgrade pairs ((a) then (b)), all against the one journal.
+    pub runs: usize,
 }
 
 /// What the client saw.
@@ -74,6 +76,8 @@ struct Seen {
 /// One upgrade.
 #[derive(Debug, Clone, Serialize)]
 pub struct Upgrade {
+    /// Which run (0-based).
+    pub run: usize,
     /// `rp,PORT` (b) or a plain port (a).
     pub shared: bool,
     pub old_pid: u32,
@@ -114,9 +118,19 @@ pub struct RollingRun {
     pub trades: u64,
     /// Seconds the feed took to journal them.
     pub feed_s: f64,
-    pub plain: Upgrade,
-    pub shared: Upgrade,
+    /// Each run's (a) then (b), run by run.
+    pub upgrades: Vec<Upgrade>,
     pub failures: Vec<String>,
+}
+
+impl RollingRun {
+    /// The upgrades of (a) (`shared` false) or of (b), run by run.
+    pub fn of(&self, shared: bool) -> Vec<&Upgrade> {
+        self.upgrades
+            .iter()
+            .filter(|u| u.shared == shared)
+            .collect()
+    }
 }
 
 /// `.util.connect`: five tries, 1, 2, 4, 8 s apart. The pid comes from
@@ -282,24 +296,27 @@ fn wait_exit(m: &mut Member) -> (f64, String) {
 
 /// One upgrade; `expect` is the trade count every answer must be (None:
 /// the old listener's, which the next upgrade is then held to).
+#[allow(clippy::too_many_arguments)]
 fn upgrade(
     bin: &Path,
     dir: &Path,
     tp: u16,
+    run: usize,
     shared: bool,
     expect: Option<i64>,
     o: &RollingOptions,
     pb: &ProgressBar,
 ) -> Result<(Upgrade, i64)> {
     let tag = if shared { "rp" } else { "plain" };
+    let r1 = run + 1;
     let spec = Spec {
         tp,
         ports: group::Ports::fresh()?,
         shared,
         flags: Vec::new(),
     };
-    pb.set_message(format!("{tag}: loading the old listener"));
-    let mut old = group::start(bin, dir, &format!("rolling-{tag}-old"), &spec)?;
+    pb.set_message(format!("run {r1}, {tag}: loading the old listener"));
+    let mut old = group::start(bin, dir, &format!("rolling-{run}-{tag}-old"), &spec)?;
     let got = trades_of(&old)?;
     let expect = expect.unwrap_or(got);
     if got != expect {
@@ -322,27 +339,29 @@ fn upgrade(
             let new;
             let (drain_s, exit);
             if shared {
-                pb.set_message(format!("{tag}: the new listener loads beside the old"));
+                pb.set_message(format!(
+                    "run {r1}, {tag}: the new listener loads beside the old"
+                ));
                 action = since(Instant::now());
-                let mut n = group::spawn(bin, dir, &format!("rolling-{tag}-new"), &spec)?;
+                let mut n = group::spawn(bin, dir, &format!("rolling-{run}-{tag}-new"), &spec)?;
                 n.wait_ready()?;
-                pb.set_message(format!("{tag}: SIGTERM to the old listener"));
+                pb.set_message(format!("run {r1}, {tag}: SIGTERM to the old listener"));
                 old.sigterm();
                 (drain_s, exit) = wait_exit(&mut old);
                 new = n;
             } else {
-                pb.set_message(format!("{tag}: SIGTERM to the old listener"));
+                pb.set_message(format!("run {r1}, {tag}: SIGTERM to the old listener"));
                 action = since(Instant::now());
                 old.sigterm();
                 (drain_s, exit) = wait_exit(&mut old);
-                pb.set_message(format!("{tag}: the new listener loads"));
-                let mut n = group::spawn(bin, dir, &format!("rolling-{tag}-new"), &spec)?;
+                pb.set_message(format!("run {r1}, {tag}: the new listener loads"));
+                let mut n = group::spawn(bin, dir, &format!("rolling-{run}-{tag}-new"), &spec)?;
                 n.wait_ready()?;
                 new = n;
             }
             let load_s = new.ready_s.unwrap_or(0.0);
             pb.set_message(format!(
-                "{tag}: waiting for the client to reach the new listener"
+                "run {r1}, {tag}: waiting for the client to reach the new listener"
             ));
             let deadline = Instant::now() + Duration::from_secs(60);
             loop {
@@ -391,6 +410,7 @@ fn upgrade(
     }
     Ok((
         Upgrade {
+            run,
             shared,
             old_pid: old.pid,
             new_pid: new.pid,
@@ -422,6 +442,41 @@ fn upgrade(
     ))
 }
 
+/// What one run's pair of upgrades must show: no failed request on `rp`,
+/// the new listener reached in both, and every answer the count loaded.
+fn checks(run: usize, expect: i64, plain: &Upgrade, shared: &Upgrade) -> Vec<String> {
+    let mut failures = Vec::new();
+    if shared.failed > 0 {
+        failures.push(format!(
+            "section 7 (b), run {}, rolling upgrade on rp: {} failed requests (target: zero): {}",
+            run + 1,
+            shared.failed,
+            shared.failed_examples.join("; ")
+        ));
+    }
+    if plain.by_new == 0 || shared.by_new == 0 {
+        failures.push(format!(
+            "section 7, run {}: the client never reached the new listener (plain port: {} answers, rp: {})",
+            run + 1,
+            plain.by_new,
+            shared.by_new
+        ));
+    }
+    for u in [plain, shared] {
+        if u.wrong > 0 || !u.new_trades_equal {
+            failures.push(format!(
+                "section 7 ({}), run {}: {} answers were not the {expect} trades loaded, or the new listener loaded another count: {}",
+                if u.shared { "rp" } else { "plain port" },
+                run + 1,
+                u.wrong,
+                u.failed_examples.join("; ")
+            ));
+        }
+    }
+    failures
+}
+
+/// Journals the rows once, then `o.runs` pairs of upgrades against it.
 pub fn run_rolling(
     bin: &Path,
     dir: &Path,
@@ -434,44 +489,28 @@ pub fn run_rolling(
     ));
     let (tp, feed_s) = journal(bin, dir, o)?;
     pb.inc(1);
-    // The first listener's count is what every answer must be.
-    let (plain, expect) = upgrade(bin, dir, tp.tp, false, None, o, pb)?;
-    pb.inc(1);
-    let (shared, _) = upgrade(bin, dir, tp.tp, true, Some(expect), o, pb)?;
-    pb.inc(1);
+    let mut expect: Option<i64> = None;
+    let mut upgrades = Vec::new();
     let mut failures = Vec::new();
-    if shared.failed > 0 {
-        failures.push(format!(
-            "section 7 (b), rolling upgrade on rp: {} failed requests (target: zero): {}",
-            shared.failed,
-            shared.failed_examples.join("; ")
-        ));
-    }
-    if plain.by_new == 0 || shared.by_new == 0 {
-        failures.push(format!(
-            "section 7: the client never reached the new listener (plain port: {} answers, rp: {})",
-            plain.by_new, shared.by_new
-        ));
-    }
-    for u in [&plain, &shared] {
-        if u.wrong > 0 || !u.new_trades_equal {
-            failures.push(format!(
-                "section 7 ({}): {} answers were not the {expect} trades loaded, or the new listener loaded another count: {}",
-                if u.shared { "rp" } else { "plain port" },
-                u.wrong,
-                u.failed_examples.join("; ")
-            ));
-        }
+    for run in 0..o.runs.max(1) {
+        // The first listener's count is what every answer, in every run,
+        // must be.
+        let (plain, got) = upgrade(bin, dir, tp.tp, run, false, expect, o, pb)?;
+        let want = *expect.get_or_insert(got);
+        pb.inc(1);
+        let (shared, _) = upgrade(bin, dir, tp.tp, run, true, Some(want), o, pb)?;
+        pb.inc(1);
+        failures.extend(checks(run, want, &plain, &shared));
+        upgrades.extend([plain, shared]);
     }
     let mut tp = tp;
     tp.child.stop(Duration::from_secs(10));
     let _ = std::fs::remove_dir_all(&tp.data_dir);
     Ok(RollingRun {
         rows: o.rows,
-        trades: expect as u64,
+        trades: expect.unwrap_or(0).max(0) as u64,
         feed_s,
-        plain,
-        shared,
+        upgrades,
         failures,
     })
 }
