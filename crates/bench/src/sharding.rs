@@ -410,6 +410,22 @@ fn secs_of(x: f64) -> String {
     secs(Some(x))
 }
 
+/// "**median** (min–max)", with a `*` when noisy: the median in bold, the
+/// range and mark outside it.
+fn bold_median(x: &Samples, fmt: fn(f64) -> String) -> String {
+    let Some(m) = x.median() else {
+        return "n/a".into();
+    };
+    let mut s = format!("**{}**", fmt(m));
+    if let (Some(lo), Some(hi), true) = (x.min(), x.max(), x.0.len() > 1) {
+        s.push_str(&format!(" ({}–{})", fmt(lo), fmt(hi)));
+        if x.noisy() {
+            s.push_str(" *");
+        }
+    }
+    s
+}
+
 /// A count of each upgrade, as samples.
 fn each_count(of: &[&rolling::Upgrade], f: fn(&rolling::Upgrade) -> usize) -> Samples {
     of.iter().map(|u| f(u) as f64).collect()
@@ -818,7 +834,7 @@ impl ShardingReport {
             let sum =
                 |f: fn(&rolling::Upgrade) -> usize| -> usize { of.iter().map(|u| f(u)).sum() };
             s.push_str(&format!(
-                "| {} | {} | {} ({}) | **{}** | {} | {} / {} | {} / {} | {} |\n",
+                "| {} | {} | {} ({}) | {} | {} | {} / {} | {} / {} | {} |\n",
                 if shared {
                     "(b) `rp,PORT`: start the new one, then stop the old"
                 } else {
@@ -827,7 +843,7 @@ impl ShardingReport {
                 each(|u| u.load_s).describe(|x| format!("{x:.2} s")),
                 each(|u| u.drain_s).describe(|x| format!("{x:.2} s")),
                 in_order(&of, |u| u.old_exit.as_str()).join("; "),
-                each(|u| u.downtime_s).describe(|x| format!("{x:.2} s")),
+                bold_median(&each(|u| u.downtime_s), |x| format!("{x:.2} s")),
                 sum(|u| u.failed),
                 count(|u| u.by_old),
                 count(|u| u.by_new),
@@ -937,6 +953,9 @@ impl ShardingReport {
                 qps.describe(|x| format!("{x:.1}")),
                 if ratio.0.is_empty() {
                     "n/a".to_string()
+                } else if n == 1 {
+                    // Each round's one rdb against itself.
+                    "1.00×".to_string()
                 } else {
                     ratio.describe(|x| format!("{x:.2}×"))
                 },
@@ -957,5 +976,25 @@ impl ShardingReport {
         }
         s.push('\n');
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bold_median_keeps_its_range_and_mark_outside_the_bold() {
+        let f = |x: f64| format!("{x:.2} s");
+        assert_eq!(
+            bold_median(&Samples(vec![0.12, 0.16, 0.12]), f),
+            "**0.12 s** (0.12 s–0.16 s) *"
+        );
+        assert_eq!(
+            bold_median(&Samples(vec![2.0, 2.1]), f),
+            "**2.05 s** (2.00 s–2.10 s)"
+        );
+        assert_eq!(bold_median(&Samples(vec![1.91]), f), "**1.91 s**");
+        assert_eq!(bold_median(&Samples(Vec::new()), f), "n/a");
     }
 }
