@@ -26,18 +26,19 @@
 # (scripts/bench_history.py: the end-of-day write of a 10M-trade + 40M-quote
 # day, three times, and queries over 30 days of Parquet against DuckDB).
 #
-#   scripts/bench.sh                full sizes (about 80 minutes on 2 cores: QuestDB's
+#   scripts/bench.sh                full sizes (about 105 minutes on 2 cores: QuestDB's
 #                                   5M x 5M ASOF JOIN, 7 stack scenarios of 20 s run 3 times
 #                                   each (about 9 minutes), 6 zero-latency
 #                                   runs of one stack at 48,000 updates/s (about 2.5 minutes), the
-#                                   study's scale on one stack (65M rows preloaded, then
-#                                   10 minutes at 48,000 updates/s: about 12 minutes), 3 rounds of
+#                                   study's scale on one stack 3 times (65M rows preloaded, then
+#                                   10 minutes at 48,000 updates/s: about 12 minutes a run), 3 rounds of
 #                                   2M x 1 KB entries in the store and in Redis (about 9 minutes),
 #                                   9 restarts of 10M rows, 3 rounds of the robustness phases,
 #                                   the replication sections (about 5 minutes), about
 #                                   16 minutes of failover: 20 rounds of each kind, the
 #                                   10-minute soak, 3 rounds of Sentinel's default 30 s,
-#                                   and about 7 minutes of socket sharding)
+#                                   and about 8 minutes of socket sharding: every
+#                                   whitepaper scenario 3 times)
 #   scripts/bench.sh --quick        small sizes, one repeat (a few minutes)
 #   scripts/bench.sh --no-questdb   without QuestDB
 #   scripts/bench.sh --no-redis     without Redis
@@ -59,13 +60,13 @@
 #                                   then ingest and queries on both binaries;
 #                                   about 30 minutes; not run by this script)
 #   target/release/tickdb bench report --only sharding [--quick]
-#                                   (about 7 minutes; --quick about 1;
+#                                   (about 8 minutes; --quick about 1;
 #                                   sections: ingest (about 2 minutes), latency
 #                                   (about 2 minutes), insert (under a minute),
 #                                   journal (about a minute), sharding, ipc,
 #                                   failover, replication, robustness,
 #                                   hot-restart (about 10 minutes), stack (the
-#                                   stack and insert, about 22 minutes))
+#                                   stack and insert, about 46 minutes))
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ ! -x .venv/bin/python ]]; then

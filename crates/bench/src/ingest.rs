@@ -94,20 +94,27 @@ pub fn generate_checked(table: &str, rows: usize, seed: u64) -> (Vec<Vec<u8>>, E
     (out, Expected { rows, size_sum })
 }
 
-/// Sends every batch over `conns` connections, waits until the table holds
-/// every row (the clock stops there), then checks it against what was sent
-/// (`check_table`); `who` names the server in an error.
-#[allow(clippy::too_many_arguments)]
-fn one_run(
-    who: &str,
-    transport: Transport,
+/// The server a run writes to: its name in errors, its HTTP and ILP ports.
+struct Endpoint<'a> {
+    who: &'a str,
     http: u16,
     ilp: u16,
-    conns: usize,
-    table: &str,
-    batches: &[Vec<u8>],
+}
+
+/// What a run sends: the batches of ILP lines for `table`, and what the
+/// table must hold once they are in.
+struct Load<'a> {
+    table: &'a str,
+    batches: &'a [Vec<u8>],
     want: Expected,
-) -> Result<f64> {
+}
+
+/// Sends every batch over `conns` connections, waits until the table holds
+/// every row (the clock stops there), then checks it against what was sent
+/// (`check_table`).
+fn one_run(to: &Endpoint, transport: Transport, conns: usize, load: &Load) -> Result<f64> {
+    let (who, http, ilp) = (to.who, to.http, to.ilp);
+    let (table, batches, want) = (load.table, load.batches, load.want);
     let t0 = Instant::now();
     let results: Vec<Result<()>> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..conns)
@@ -309,7 +316,17 @@ fn questdb_case(
             form.prepare(q.http, &table)?;
             let (data, want) = generate_checked(&table, o.rows, o.seed);
             q.child.check_alive()?;
-            let r = one_run(form.name(), t, q.http, q.ilp, conns, &table, &data, want)?;
+            let to = Endpoint {
+                who: form.name(),
+                http: q.http,
+                ilp: q.ilp,
+            };
+            let load = Load {
+                table: &table,
+                batches: &data,
+                want,
+            };
+            let r = one_run(&to, t, conns, &load)?;
             if run > 0 {
                 samples.push(r);
                 pb.inc(1);
@@ -358,7 +375,17 @@ pub fn run(bin: &Path, work: &Path, o: &IngestOptions) -> Result<IngestReport> {
                         &["--fsync", fsync],
                     )?;
                     let who = format!("tickdb --fsync {fsync}");
-                    let r = one_run(&who, t, s.http, s.ilp, conns, "trade", &trade, want);
+                    let to = Endpoint {
+                        who: &who,
+                        http: s.http,
+                        ilp: s.ilp,
+                    };
+                    let load = Load {
+                        table: "trade",
+                        batches: &trade,
+                        want,
+                    };
+                    let r = one_run(&to, t, conns, &load);
                     s.child.stop(Duration::from_secs(10));
                     let _ = std::fs::remove_dir_all(&s.data_dir);
                     samples.push(r?);

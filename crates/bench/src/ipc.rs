@@ -830,19 +830,22 @@ fn ipc_subscriber(
     Ok(hist)
 }
 
+/// One cell of run `run` (0-based): one protocol at one publish mode.
 fn latency_cell(
     bin: &Path,
     work: &Path,
+    run: usize,
     proto: SubProtocol,
     mode: u64,
     o: &IpcBenchOptions,
 ) -> Result<LatencyCell> {
     let name = format!(
-        "ipc-latency-{}-{mode}",
+        "ipc-latency-{}-{mode}-run{}",
         match proto {
             SubProtocol::KdbIpc => "ipc",
             SubProtocol::Tickdb => "native",
-        }
+        },
+        run + 1
     );
     let (mut tp, ipc_port) = start_with_ipc(
         bin,
@@ -930,7 +933,7 @@ fn latency_cell(
     tp.child.stop(Duration::from_secs(10));
     let _ = std::fs::remove_dir_all(&tp.data_dir);
     Ok(LatencyCell {
-        run: 0,
+        run,
         protocol: proto,
         publish_interval_ms: mode,
         sent,
@@ -963,8 +966,7 @@ fn latency_part(
     for run in 0..o.repeats {
         for &mode in &o.modes {
             for proto in [SubProtocol::KdbIpc, SubProtocol::Tickdb] {
-                let mut c = latency_cell(bin, work, proto, mode, o)?;
-                c.run = run;
+                let c = latency_cell(bin, work, run, proto, mode, o)?;
                 eprintln!(
                     "ipc latency, run {}/{}: {}, {}: {} rows/s, p50 {}, p99 {}, max {}",
                     run + 1,

@@ -1932,7 +1932,8 @@ impl ScaleRun {
                 "{} rows in the rdb {:.1} s after the feed started ({} rows/s); the feed sent them in {:.1} s over ILP/HTTP",
                 count(load.rows),
                 load.seconds,
-                count((load.rows as f64 / load.seconds.max(1e-9)) as u64),
+                // Rounded, as the medians column rounds it.
+                count((load.rows as f64 / load.seconds.max(1e-9)).round() as u64),
                 r.prestress.prestress_seconds
             )
         } else {
