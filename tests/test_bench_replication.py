@@ -112,6 +112,9 @@ def test_bench_replication_measures_every_section_and_the_standby_equals_the_pri
     assert "2 round(s), every cell in turn" in md and "2 round(s), every setup in turn" in md, md
     for row in md_rows(md, "async | 48.0k") + md_rows(md, "semi-sync |"):
         assert "–" in row[4], row
+    # The primary alone is each round's baseline: its ratio to itself is 1.
+    (alone_row,) = md_rows(md, "none (alone)")
+    assert alone_row[7] == "1.00×", alone_row
 
 
 def test_bench_replication_refuses_an_unknown_section(tmp_path):

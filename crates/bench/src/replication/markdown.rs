@@ -304,6 +304,9 @@ fn ack(s: &mut String, r: &ReplicationReport) {
             f(|a| a.phase.max_us).describe(us),
             if ratios.0.is_empty() {
                 "—".to_string()
+            } else if setup == Setup::Alone {
+                // Each run's primary alone against itself.
+                "1.00×".to_string()
             } else {
                 ratios.describe(|x| format!("{x:.2}×"))
             },
