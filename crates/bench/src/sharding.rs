@@ -997,4 +997,51 @@ mod tests {
         assert_eq!(bold_median(&Samples(vec![1.91]), f), "**1.91 s**");
         assert_eq!(bold_median(&Samples(Vec::new()), f), "n/a");
     }
+
+    fn busy_run(run: usize, left: Option<f64>, back: Option<f64>) -> busy::BusyRun {
+        busy::BusyRun {
+            run,
+            steering: Steering::On,
+            blocked_pid: 1,
+            other_pid: 2,
+            block_running_s: Some(0.1),
+            block_end_s: 10.0,
+            block_status: 200,
+            during: 100,
+            to_blocked: 0,
+            to_other: 100,
+            failed: 0,
+            to_blocked_after_busy_ms: 0,
+            max_wait_after_busy_ms_s: None,
+            p50_wait_s: None,
+            p99_wait_s: None,
+            max_wait_s: None,
+            blocked_max_wait_s: None,
+            outside: (0, 0),
+            listeners_min: Some(if left.is_some() { 1 } else { 2 }),
+            left_at_s: left,
+            back_at_s: back,
+            busy_query_ms: 200,
+            conns: Vec::new(),
+            failures: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_busy_socket_column_says_how_many_runs_closed_it() {
+        let a = busy_run(0, Some(0.15), Some(10.02));
+        let b = busy_run(1, Some(0.13), Some(10.04));
+        let open = busy_run(2, None, None);
+        // Times count from the block seen running (0.1 s) and from its end.
+        assert_eq!(
+            busy_socket(&[&a, &b]),
+            "closed 40 ms (30 ms–50 ms) * into the block, open again 30 ms (20 ms–40 ms) * after it ended"
+        );
+        assert_eq!(
+            busy_socket(&[&a, &open]),
+            "closed 50 ms into the block, open again 20 ms after it ended (in 1 of 2 runs; open throughout in the others)"
+        );
+        assert_eq!(busy_socket(&[&open]), "open throughout (2 listeners)");
+        assert_eq!(busy_socket(&[]), "n/a");
+    }
 }
