@@ -189,6 +189,8 @@ pub fn run(bin: &Path, work: &Path, o: &ShardingOptions) -> Result<ShardingRepor
     let started = std::time::Instant::now();
     let machine = crate::machine::Machine::probe(work);
     let wants = |s: &str| o.sections.iter().any(|x| x == s);
+    // A section asked for runs at least once; one not asked for, never.
+    let rounds = |s: &str, runs: usize| if wants(s) { runs.max(1) } else { 0 };
     let guard = group::MigrateReqGuard::acquire();
     let mp = MultiProgress::new();
     let mut failures = Vec::new();
@@ -209,11 +211,7 @@ pub fn run(bin: &Path, work: &Path, o: &ShardingOptions) -> Result<ShardingRepor
     let tp = feed.as_ref().map(|f| f.tp.tp).unwrap_or(0);
 
     let mut basic = Vec::new();
-    let basic_rounds = if wants("basic") {
-        o.basic.runs.max(1)
-    } else {
-        0
-    };
+    let basic_rounds = rounds("basic", o.basic.runs);
     for run in 0..basic_rounds {
         let pb = bar(
             &mp,
@@ -243,11 +241,7 @@ pub fn run(bin: &Path, work: &Path, o: &ShardingOptions) -> Result<ShardingRepor
     }
 
     let mut fly_runs = Vec::new();
-    let fly_rounds = if wants("on-the-fly") {
-        o.fly.runs.max(1)
-    } else {
-        0
-    };
+    let fly_rounds = rounds("on-the-fly", o.fly.runs);
     for run in 0..fly_rounds {
         let len = (o.fly.period_s * o.fly.listeners as f64 * 1000.0) as u64;
         let what = format!("§4 on the fly, run {}", run + 1);
@@ -276,11 +270,7 @@ pub fn run(bin: &Path, work: &Path, o: &ShardingOptions) -> Result<ShardingRepor
     }
 
     let mut volume = Vec::new();
-    let volume_rounds = if wants("volume") {
-        o.volume.runs.max(1)
-    } else {
-        0
-    };
+    let volume_rounds = rounds("volume", o.volume.runs);
     for run in 0..volume_rounds {
         let len = (o.volume.seconds * o.volume.listeners as f64 * 1000.0) as u64;
         let what = format!("§5 volume, run {}", run + 1);
@@ -306,7 +296,7 @@ pub fn run(bin: &Path, work: &Path, o: &ShardingOptions) -> Result<ShardingRepor
     }
 
     let mut busy_runs = Vec::new();
-    let busy_rounds = if wants("busy") { o.busy.runs.max(1) } else { 0 };
+    let busy_rounds = rounds("busy", o.busy.runs);
     for run in 0..busy_rounds {
         let len = ((o.busy.block_s + 2.0 * o.busy.around_s) * 1000.0) as u64;
         let what = format!("§6 busy, run {}", run + 1);
@@ -426,9 +416,12 @@ fn bold_median(x: &Samples, fmt: fn(f64) -> String) -> String {
     s
 }
 
-/// A count of each upgrade, as samples.
-fn each_count(of: &[&rolling::Upgrade], f: fn(&rolling::Upgrade) -> usize) -> Samples {
-    of.iter().map(|u| f(u) as f64).collect()
+/// A count of each run, as "median (min–max)".
+fn counts<T>(of: &[&T], f: fn(&T) -> usize) -> String {
+    of.iter()
+        .map(|x| f(x) as f64)
+        .collect::<Samples>()
+        .describe(|x| format!("{x:.0}"))
 }
 
 /// Listener 1's socket on the shared port during the block, over the runs
@@ -574,7 +567,7 @@ impl ShardingReport {
             same.describe(|x| format!("{x:.0}")),
             same.median().map_or_else(|| "n/a".to_string(), |m| format!("{:.1}%", 100.0 * m / pairs.max(1) as f64)),
             100.0 / listeners.max(1) as f64,
-            each(|r| r.longest_run as f64).describe(|x| format!("{x:.0}")),
+            counts(&runs, |r| r.longest_run),
             typical.map_or("", |r| r.differ_head.as_str())
         ));
         s
@@ -728,12 +721,7 @@ impl ShardingReport {
                 .iter()
                 .filter(|r| r.steering == steering)
                 .collect();
-            let count = |f: fn(&busy::BusyRun) -> usize| -> String {
-                of.iter()
-                    .map(|r| f(r) as f64)
-                    .collect::<Samples>()
-                    .describe(|x| format!("{x:.0}"))
-            };
+            let count = |f: fn(&busy::BusyRun) -> usize| counts(&of, f);
             let wait = |f: fn(&busy::BusyRun) -> Option<f64>| -> String {
                 of.iter()
                     .filter_map(|r| f(r))
@@ -828,9 +816,7 @@ impl ShardingReport {
             }
             let each =
                 |f: fn(&rolling::Upgrade) -> f64| -> Samples { of.iter().map(|u| f(u)).collect() };
-            let count = |f: fn(&rolling::Upgrade) -> usize| -> String {
-                each_count(&of, f).describe(|x| format!("{x:.0}"))
-            };
+            let count = |f: fn(&rolling::Upgrade) -> usize| counts(&of, f);
             let sum =
                 |f: fn(&rolling::Upgrade) -> usize| -> usize { of.iter().map(|u| f(u)).sum() };
             s.push_str(&format!(

@@ -1843,25 +1843,39 @@ impl ScaleRun {
         s
     }
 
-    /// A table's bytes per row in memory.
-    fn per_row(r: &StackResult, name: &str) -> Option<f64> {
-        r.tables.iter().find(|x| x.name == name)?.bytes_per_row()
+    fn table<'a>(r: &'a StackResult, name: &str) -> Option<&'a TableFigures> {
+        r.tables.iter().find(|x| x.name == name)
     }
 
-    fn ticks(r: &StackResult) -> u64 {
+    /// A table's bytes per row in memory.
+    fn per_row(r: &StackResult, name: &str) -> Option<f64> {
+        Self::table(r, name)?.bytes_per_row()
+    }
+
+    /// The agg's tables: every table but the ticks.
+    fn aggs(r: &StackResult) -> impl Iterator<Item = &TableFigures> {
         r.tables
             .iter()
-            .filter(|x| x.name == "trade" || x.name == "quote")
+            .filter(|x| x.name != "trade" && x.name != "quote")
+    }
+
+    /// Trade and quote rows at the end.
+    fn ticks(r: &StackResult) -> u64 {
+        ["trade", "quote"]
+            .iter()
+            .filter_map(|n| Self::table(r, n))
             .map(|x| x.rows)
             .sum()
     }
 
     fn agg_bytes(r: &StackResult) -> u64 {
-        r.tables
-            .iter()
-            .filter(|x| x.name != "trade" && x.name != "quote")
-            .map(|x| x.dram_bytes + x.fsmem_bytes)
-            .sum()
+        Self::aggs(r).map(|x| x.dram_bytes + x.fsmem_bytes).sum()
+    }
+
+    /// Rows per second of the preload, until the rdb held them.
+    fn preload_rate(r: &StackResult) -> Option<f64> {
+        let l = &r.prestress_load;
+        (l.rows > 0).then(|| l.rows as f64 / l.seconds.max(1e-9))
     }
 
     /// The medians column, row by row as `SCALE_ROWS`.
@@ -1873,16 +1887,7 @@ impl ScaleRun {
             self.samples(f).describe(fmt)
         };
         [
-            format!(
-                "{} rows/s",
-                d(
-                    &|r| {
-                        let l = &r.prestress_load;
-                        (l.rows > 0).then(|| l.rows as f64 / l.seconds.max(1e-9))
-                    },
-                    c
-                )
-            ),
+            format!("{} rows/s", d(&Self::preload_rate, c)),
             d(&|r| Some(Self::ticks(r) as f64), c),
             d(&|r| Self::per_row(r, "trade"), b),
             d(&|r| Self::per_row(r, "quote"), b),
@@ -1907,8 +1912,7 @@ impl ScaleRun {
     /// One run's cells, row by row as `SCALE_ROWS`.
     fn cells(&self, r: &StackResult) -> [String; 11] {
         let load = &r.prestress_load;
-        let table = |name: &str| r.tables.iter().find(|x| x.name == name);
-        let per_row = |name: &str| match table(name) {
+        let per_row = |name: &str| match Self::table(r, name) {
             Some(x) => match x.bytes_per_row() {
                 Some(b) => format!(
                     "{b:.1} B ({} for {} rows)",
@@ -1919,25 +1923,19 @@ impl ScaleRun {
             },
             None => "n/a (the rdb did not report it)".into(),
         };
-        let ticks = |name: &str| table(name).map(|x| x.rows).unwrap_or(0);
-        let agg_names: Vec<&str> = r
-            .tables
-            .iter()
-            .filter(|x| x.name != "trade" && x.name != "quote")
-            .map(|x| x.name.as_str())
-            .collect();
+        let ticks = |name: &str| Self::table(r, name).map(|x| x.rows).unwrap_or(0);
+        let agg_names: Vec<&str> = Self::aggs(r).map(|x| x.name.as_str()).collect();
         let rows_end = Self::ticks(r);
-        let prestress = if load.rows > 0 {
-            format!(
+        let prestress = match Self::preload_rate(r) {
+            Some(rate) => format!(
                 "{} rows in the rdb {:.1} s after the feed started ({} rows/s); the feed sent them in {:.1} s over ILP/HTTP",
                 count(load.rows),
                 load.seconds,
                 // Rounded, as the medians column rounds it.
-                count((load.rows as f64 / load.seconds.max(1e-9)).round() as u64),
+                count(rate.round() as u64),
                 r.prestress.prestress_seconds
-            )
-        } else {
-            "none".into()
+            ),
+            None => "none".into(),
         };
         let m = &r.monitor;
         let lat = |st: &tickdb_stack::monitor::Stat| format!("{} / {}", ms(st.max), ms(st.mean));
