@@ -1,11 +1,13 @@
 """What the Python benchmarks share: free loopback ports, loading a
 DataFrame into a server through the `questdb` ILP client, waiting for the
-machine to be quiet before timing, and replacing one section of
-docs/benchmarks.md in place."""
+machine to be quiet before timing, what machine they ran on, and replacing
+one section of docs/benchmarks.md in place."""
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
 import sys
 from pathlib import Path
 import time
@@ -19,6 +21,40 @@ from questdb.ingress import Sender
 LOAD_STEP_ROWS = 100_000
 
 T = TypeVar("T")
+
+
+def machine(work: Path) -> dict:
+    """What `tickdb bench report` says in its Machine section
+    (crates/bench/src/machine.rs): CPU, cores, RAM, kernel, the file system
+    of `work`, and the load average now."""
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    ram_kib = 0.0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                ram_kib = float(line.split()[1])
+    except OSError:
+        pass
+    try:
+        out = subprocess.run(["df", "--output=fstype,source", str(work)], capture_output=True, text=True).stdout
+        fs = " on ".join(out.splitlines()[1].split())
+    except (OSError, IndexError):
+        fs = "unknown"
+    return {"cpu": cpu, "cores": cores, "ram_gib": ram_kib / 1024 / 1024, "kernel": os.uname().release,
+            "fs": fs, "loadavg_start": os.getloadavg()[0]}
+
+
+def machine_text(m: dict) -> str:
+    """The machine in words, as the sections state it."""
+    return f"{m['cpu']} ({m['cores']} cores), {m['ram_gib']:.1f} GiB RAM, Linux {m['kernel']}"
 
 
 def free_port() -> int:

@@ -63,7 +63,10 @@ def test_bench_history_quick_writes_its_section_and_every_cross_check_passes(tmp
     assert len(q["b"]["explain"]["partitions"]) >= 25, q["b"]["explain"]
     assert q["c_span"]["explain"]["memory_scan"] and not q["c_hist"]["explain"]["memory_scan"]
     for key in q:
-        assert len(q[key]["tickdb_runs"]) == 5 and len(q[key]["duckdb_runs"]) == 5, q[key]
+        assert len(q[key]["tickdb_runs"]) == 5, q[key]
+        forms = q[key]["duckdb_forms"]
+        assert set(forms) == {"default", "best"} and all(len(f["runs"]) == 5 for f in forms.values()), forms
+        assert q[key]["duckdb_s"] == min(f["s"] for f in forms.values()), q[key]
     assert section.count("| yes |") == 4, section
     # The header names the command.
     assert "scripts/bench_history.py [--quick]" in md[: md.index("\n## ")], md[:2000]
