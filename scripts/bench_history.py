@@ -29,8 +29,8 @@ What it measures:
    and with its documented best settings for this (`parquet_metadata_cache`
    on); tickdb's ratio is against the faster of the two. Medians of
    --repeats runs after a warm-up; every answer is compared (integers
-   exactly, floats to a relative 1e-9). `EXPLAIN ANALYZE` through `/exec` gives the partitions
-   (date directories) and row groups tickdb read.
+   exactly, floats to a relative 1e-9). `EXPLAIN ANALYZE` through `/exec`
+   gives the partitions (date directories) and row groups tickdb read.
 
 The section "## End of day and history" of --out is replaced in place (or
 appended when absent). The release binary is used (--bin, or TICKDB_BIN);
@@ -480,7 +480,7 @@ def explain(node: Tickdb, sql: str) -> dict:
             "abbreviated": abbreviated, "memory_scan": memory, "plan": "\n\n".join(f"== {k}\n{v}" for k, v in plans.items())}
 
 
-def DUCKDB_FORMS(cores: int) -> dict[str, dict[str, object]]:  # noqa: N802 (a table, built per machine)
+def duckdb_forms(cores: int) -> dict[str, dict[str, object]]:
     """DuckDB's two forms: as it ships (nothing set), and its documented best
     settings for reading the same Parquet files again and again:
     `threads` = the cores (also its default) and `parquet_metadata_cache`
@@ -552,7 +552,7 @@ def history_part(a, binary: str, work: Path, checks: Checks) -> dict:
                                "price": tt["price"], "size": tt["size"]})
         glob = f"{node.hdb}/trade/date=*/*.parquet"
         cons = {form: duckdb_over(glob, today_rows, today, settings)
-                for form, settings in DUCKDB_FORMS(cores).items()}
+                for form, settings in duckdb_forms(cores).items()}
         for form, con in cons.items():
             dtype = con.execute("SELECT typeof(date) FROM hist LIMIT 1").fetchone()[0]
             checks.add(f"DuckDB ({form}) reads the hive partition `date` as a DATE", dtype == "DATE", dtype)
@@ -647,7 +647,7 @@ def history_part(a, binary: str, work: Path, checks: Checks) -> dict:
                 "mid": mid.isoformat(), "today": today.isoformat(), "build_s": build_s,
                 "eod_seconds_median": statistics.median(eod_secs), "hdb_bytes": hdb_bytes,
                 "sym_rows_mid": sent[mid.isoformat()][0], "sym_rows_today": sent[today.isoformat()][0],
-                "queries": results, "query_load": [load_before, load_after], "duckdb_forms": DUCKDB_FORMS(cores)}
+                "queries": results, "query_load": [load_before, load_after], "duckdb_forms": duckdb_forms(cores)}
     finally:
         node.stop()
         shutil.rmtree(node.hdb, ignore_errors=True)
