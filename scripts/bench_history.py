@@ -504,7 +504,7 @@ def duckdb_over(glob: str, today_rows: pa.Table, today: dt.date, settings: dict)
     return con
 
 
-def history_part(a, binary: str, work: Path, checks: Checks) -> dict:
+def history_part(a, binary: str, work: Path, cores: int, checks: Checks) -> dict:
     node = Tickdb(binary, work, "history")
     try:
         today = dt.date.fromisoformat(node.status()["eod"]["today"])
@@ -544,7 +544,6 @@ def history_part(a, binary: str, work: Path, checks: Checks) -> dict:
         # DuckDB twice over the same files: as it ships, and with its
         # documented best settings for this (the ratio is against the
         # faster of the two).
-        cores = benchutil.machine(work)["cores"]
         tt = node.arrow(f"SELECT time, sym, price, size FROM trade WHERE date = '{today}'")
         checks.add("today's rows exported from tickdb into DuckDB", tt.num_rows == len(trade_today),
                    f"{tt.num_rows} vs {len(trade_today)}")
@@ -849,7 +848,7 @@ def main() -> int:
         log(f"  generated in {time.monotonic() - g:.1f} s")
         eod = [eod_run(a, binary, work, k, trade, quote, day, checks) for k in range(a.eod_runs)]
         del trade, quote
-        hist = history_part(a, binary, work, checks)
+        hist = history_part(a, binary, work, mach["cores"], checks)
         mach["loadavg_end"] = loadavg()
         took = time.monotonic() - started
         text = markdown(a, mach, eod, hist, checks, took, binary)

@@ -68,6 +68,12 @@ def test_bench_history_quick_writes_its_section_and_every_cross_check_passes(tmp
         assert set(forms) == {"default", "best"} and all(len(f["runs"]) == 5 for f in forms.values()), forms
         assert q[key]["duckdb_s"] == min(f["s"] for f in forms.values()), q[key]
     assert section.count("| yes |") == 4, section
+    # Both DuckDB forms are in the table and each answered like tickdb.
+    assert "| DuckDB as it ships | DuckDB best settings | tickdb / the faster DuckDB |" in section, section
+    names = {c["name"] for c in report["checks"]}
+    for key in q:
+        for form in ("default", "best"):
+            assert f"query {key}: tickdb and DuckDB ({form}) return the same answer" in names, names
     # The header names the command.
     assert "scripts/bench_history.py [--quick]" in md[: md.index("\n## ")], md[:2000]
 

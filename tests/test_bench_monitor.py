@@ -42,6 +42,11 @@ def test_bench_monitor_agrees_with_duckdb_and_writes_its_section_once(tmp_path):
         section = section[: section.index("\n## ")]
     assert "All systems returned the same count and sum for every query." in section, section
     assert "| most active (S0000) |" in section and "| median (S0500) |" in section, section
+    # It states the machine it ran on, in the words the other sections use.
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import benchutil
+
+    assert f" on {benchutil.machine_text(benchutil.machine(tmp_path))}. " in section, section
     # The sections around it are untouched.
     assert md.count("## SQL") == 1 and md.count("## End of day and history") == 1
 
