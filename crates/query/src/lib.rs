@@ -22,6 +22,7 @@ pub mod limits;
 pub mod minmax;
 pub mod pg;
 pub mod pgfns;
+mod plan_cache;
 pub mod pool;
 pub mod provider;
 mod sym_group;
@@ -152,6 +153,8 @@ struct Inner {
     /// Runs `CREATE TABLE` and `ALTER TABLE` (`ddl`): set on a node with a
     /// tp; without one they are refused.
     ddl: OnceLock<Arc<dyn ddl::DdlExec>>,
+    /// Optimized plans of statements run before (`plan_cache`).
+    plans: plan_cache::PlanCache,
 }
 
 /// A running query's batches, computed on the query threads a few ahead
@@ -291,6 +294,7 @@ impl QueryEngine {
                 tables_version: std::sync::atomic::AtomicU64::new(version),
                 registering: parking_lot::Mutex::new(()),
                 ddl: OnceLock::new(),
+                plans: plan_cache::PlanCache::default(),
             }),
         })
     }
@@ -420,6 +424,12 @@ fn register_tables(
 }
 
 impl QueryEngine {
+    /// How many statements' plans the engine keeps for reuse
+    /// (`plan_cache`): for tests and diagnostics.
+    pub fn cached_plans(&self) -> usize {
+        self.inner.plans.len()
+    }
+
     /// From now on every query first asks `r` whether the node is ready.
     pub fn set_readiness(&self, r: Arc<dyn Readiness>) {
         let _ = self.inner.readiness.set(r);
@@ -567,14 +577,31 @@ impl QueryEngine {
         let permit = self.enter(ctx).await?;
         limits::check_text(sql)?;
         let state = self.state_for(ctx);
+        // After state_for: the version of the tables this query plans with.
+        let version = self
+            .inner
+            .tables_version
+            .load(std::sync::atomic::Ordering::Acquire);
         let planned = async {
-            let statement = Self::parse(&state, sql).map_err(|e| self.error(e, sql, ctx))?;
-            limits::check_depth(&statement)?;
-            let plan = Self::logical(&state, statement)
-                .await
-                .map_err(|e| self.error(e, sql, ctx))?;
+            let plan = match self.inner.plans.get(version, sql) {
+                Some(plan) => plan,
+                None => {
+                    let statement =
+                        Self::parse(&state, sql).map_err(|e| self.error(e, sql, ctx))?;
+                    limits::check_depth(&statement)?;
+                    let plan = Self::logical(&state, statement)
+                        .await
+                        .map_err(|e| self.error(e, sql, ctx))?;
+                    let optimized =
+                        Arc::new(state.optimize(&plan).map_err(|e| self.error(e, sql, ctx))?);
+                    self.inner.plans.put(version, sql, &plan, &optimized);
+                    optimized
+                }
+            };
+            // What SessionState::create_physical_plan does after optimizing.
             state
-                .create_physical_plan(&plan)
+                .query_planner()
+                .create_physical_plan(&plan, &state)
                 .await
                 .map_err(|e| self.error(e, sql, ctx))
         };
