@@ -114,20 +114,11 @@ impl PlanCache {
 pub(crate) fn reusable(plan: &LogicalPlan) -> bool {
     let mut ok = true;
     let _ = plan.apply_with_subqueries(|node| {
-        if !node_reusable(node) {
-            ok = false;
-            return Ok(TreeNodeRecursion::Stop);
-        }
-        node.apply_expressions(|e| {
-            e.apply(|e| {
-                if expr_reusable(e) {
-                    Ok(TreeNodeRecursion::Continue)
-                } else {
-                    ok = false;
-                    Ok(TreeNodeRecursion::Stop)
-                }
-            })
-        })?;
+        ok = node_reusable(node)
+            && !node
+                .expressions()
+                .iter()
+                .any(|e| e.exists(|e| Ok(!expr_reusable(e))).unwrap_or(true));
         Ok(if ok {
             TreeNodeRecursion::Continue
         } else {

@@ -5,11 +5,8 @@
 mod common;
 
 use common::*;
-use std::sync::Arc;
 use tickdb_core::batch::{BatchBuilder, Value};
-use tickdb_core::schema_change::{apply, NewColumn, SchemaOp};
 use tickdb_core::store::Store;
-use tickdb_core::ColumnType;
 use tickdb_query::QueryResult;
 
 fn cells(r: &QueryResult) -> Vec<String> {
@@ -82,20 +79,7 @@ async fn a_schema_change_empties_the_cache() {
     let r = engine.query(all).await.unwrap();
     assert_eq!(r.batches[0].num_columns(), 4);
     assert_eq!(engine.cached_plans(), 1);
-    let next = apply(
-        &store.schema(),
-        &[SchemaOp::AddColumn {
-            table: "trade".into(),
-            column: NewColumn {
-                name: "venue".into(),
-                ty: ColumnType::Symbol,
-            },
-            if_not_exists: false,
-        }],
-    )
-    .unwrap()
-    .unwrap();
-    assert!(store.change_schema(&Arc::new(next)).unwrap());
+    assert!(store.change_schema(&venue_added(&store)).unwrap());
     let r = engine.query(all).await.unwrap();
     assert_eq!(
         r.batches[0].num_columns(),

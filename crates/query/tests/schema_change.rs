@@ -13,23 +13,6 @@ use tickdb_core::schema_change::{apply, NewColumn, SchemaOp};
 use tickdb_core::ColumnType;
 use tickdb_query::QueryError;
 
-fn venue_added(store: &tickdb_core::store::Store) -> Arc<tickdb_core::Schema> {
-    let next = apply(
-        &store.schema(),
-        &[SchemaOp::AddColumn {
-            table: "trade".into(),
-            column: NewColumn {
-                name: "venue".into(),
-                ty: ColumnType::Symbol,
-            },
-            if_not_exists: false,
-        }],
-    )
-    .unwrap()
-    .unwrap();
-    Arc::new(next)
-}
-
 fn rows(r: &tickdb_query::QueryResult) -> Vec<Vec<String>> {
     use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
     let mut out = Vec::new();

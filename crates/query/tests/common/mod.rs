@@ -69,3 +69,22 @@ pub fn apply_trades(store: &Store, trades: &[Trade]) {
 pub fn engine(store: Arc<Store>) -> QueryEngine {
     QueryEngine::new(store, QueryOptions::default()).unwrap()
 }
+
+/// The store's schema with a symbol column `venue` added to `trade`.
+pub fn venue_added(store: &Store) -> Arc<Schema> {
+    use tickdb_core::schema_change::{apply, NewColumn, SchemaOp};
+    let next = apply(
+        &store.schema(),
+        &[SchemaOp::AddColumn {
+            table: "trade".into(),
+            column: NewColumn {
+                name: "venue".into(),
+                ty: tickdb_core::ColumnType::Symbol,
+            },
+            if_not_exists: false,
+        }],
+    )
+    .unwrap()
+    .unwrap();
+    Arc::new(next)
+}
