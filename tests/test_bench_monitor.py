@@ -1,7 +1,8 @@
 """`scripts/bench_monitor.py` at a small size against the binary under test,
 into a temporary copy of docs/benchmarks.md, without QuestDB. The benchmark
-checks what it measures: tickdb and DuckDB must give the same count and sum
-of the as-of join for the most active and the median symbol, or it exits 1.
+checks what it measures: tickdb, DuckDB and numpy over the rows sent
+(scripts/asof_floor.py) must give the same count and sum of the as-of join
+for the most active and the median symbol, or it exits 1.
 So a short run is an end-to-end test of the one-symbol as-of join over a
 time-ordered rdb (the as-of merge) against DuckDB. Speed is not asserted.
 The section must replace itself in place."""
@@ -40,8 +41,16 @@ def test_bench_monitor_agrees_with_duckdb_and_writes_its_section_once(tmp_path):
     section = md[md.index(SECTION):]
     if "\n## " in section:
         section = section[: section.index("\n## ")]
-    assert "All systems returned the same count and sum for every query." in section, section
-    assert "| most active (S0000) |" in section and "| median (S0500) |" in section, section
+    # numpy's answer over the rows sent is a third check beside tickdb's
+    # and DuckDB's (the run exits 1 when any differs).
+    assert ("All systems returned the same count and sum for every query, and so did numpy over the rows sent."
+            in section), section
+    assert section.count("| most active (S0000) |") == 2 and section.count("| median (S0500) |") == 2, section
+    # The floors: what the join must read in each layout, at the rate and
+    # round trip measured in the same run.
+    floors = section[section.index("Floors (`scripts/asof_floor.py`"):]
+    assert " GB/s reading a warm array" in floors and "round trip of `select 1`" in floors, floors
+    assert "(trade times " in floors and ", symbol index " in floors, floors
     # It states the machine it ran on, in the words the other sections use.
     sys.path.insert(0, str(ROOT / "scripts"))
     import benchutil
