@@ -104,6 +104,6 @@ for arg in "$@"; do
         exit 0
     fi
 done
-.venv/bin/python scripts/bench_query.py "$@" --append docs/benchmarks.md
+.venv/bin/python scripts/bench_query.py "$@" --out docs/benchmarks.md
 .venv/bin/python scripts/bench_monitor.py "$@" --out docs/benchmarks.md
 .venv/bin/python scripts/bench_history.py "$@" --out docs/benchmarks.md

@@ -20,12 +20,16 @@ SCRIPT = ROOT / "scripts" / "bench_query.py"
 
 def test_bench_query_agrees_with_duckdb_on_every_query_and_stream(tmp_path):
     out = tmp_path / "sql.md"
+    # A previous run's section between two others: it is replaced in place.
+    out.write_text("# Benchmarks\n\n## Before\n\nkept\n\n## SQL\n\nstale figures\n\n## After\n\nkept too\n")
     r = subprocess.run([sys.executable, str(SCRIPT), "--rows", "60000", "--syms", "50", "--repeats", "1",
-                        "--no-questdb", "--bin", BIN, "--append", str(out)],
+                        "--no-questdb", "--bin", BIN, "--out", str(out)],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
     md = out.read_text()
     assert md.count("## SQL") == 1 and "### Results out" in md, md
+    assert "stale figures" not in md and md.index("## Before") < md.index("## SQL") < md.index("## After"), md
+    assert "kept\n" in md and "kept too" in md and "regenerates \"SQL\" alone" in md, md
     assert "All systems returned the same answer" in md, md
     # One row per query, each with a tickdb time and a DuckDB time.
     for title in ("ASOF JOIN of all trades", "monitor query", "1-second buckets"):
